@@ -1,0 +1,108 @@
+//! Encoders and decoders of the trace formats libtracer writes and reads.
+//!
+//! Every format encodes the one event model of [`model`]; a reader yields
+//! [`Record`]s, a writer accepts them, and a conversion is decode-then-encode.
+//! This crate knows nothing of interposition: it serves the preload library, the
+//! `tracer` command and anything else that wants to read a trace.
+//!
+//! | module | format | magic |
+//! | --- | --- | --- |
+//! | [`dumpalloc`] | RIFF-like `PROC`/`OBJE`/`ALOC`/`FRAM`/`DALC` records | `PROC` |
+//! | [`mlyze`] | 256-byte `MTRC` header, JSON metadata, varint event stream | `MTRC` |
+//! | [`tlv`] | syscall capture TLV | `78 06 17 a5` |
+
+pub mod bytes;
+pub mod dumpalloc;
+pub mod error;
+pub mod mlyze;
+pub mod model;
+pub mod output;
+pub mod tlv;
+
+use std::fs::File;
+use std::io::Read;
+use std::path::Path;
+
+pub use error::{FormatError, Result};
+pub use model::*;
+
+/// A streaming writer of one format. Records must arrive in model order (a stack
+/// before the first event naming it). `finish` completes the file; a writer
+/// dropped without `finish` leaves whatever the format can recover from.
+pub trait TraceWriter: Send {
+    fn write(&mut self, record: &Record) -> std::io::Result<()>;
+    fn finish(self: Box<Self>) -> std::io::Result<()>;
+}
+
+/// A streaming reader of any format.
+pub type TraceReader = Box<dyn Iterator<Item = Result<Record>> + Send>;
+
+/// The formats this crate reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Dumpalloc,
+    Mlyze,
+    Tlv,
+}
+
+impl Format {
+    /// The file extension (without the dot) files of this format are given.
+    pub fn extension(self) -> &'static str {
+        match self {
+            Format::Dumpalloc => "dumpalloc",
+            Format::Mlyze => "mlyze",
+            Format::Tlv => "tlv",
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        self.extension()
+    }
+
+    pub fn from_name(name: &str) -> Option<Format> {
+        match name {
+            "dumpalloc" => Some(Format::Dumpalloc),
+            "mlyze" => Some(Format::Mlyze),
+            "tlv" => Some(Format::Tlv),
+            _ => None,
+        }
+    }
+}
+
+/// Recognises a format from the first bytes of a file (at least 4 needed).
+pub fn detect(magic: &[u8]) -> Option<Format> {
+    match magic.get(..4)? {
+        b"PROC" => Some(Format::Dumpalloc),
+        b"MTRC" => Some(Format::Mlyze),
+        [0x78, 0x06, 0x17, 0xa5] => Some(Format::Tlv),
+        _ => None,
+    }
+}
+
+/// Opens a trace file of any format, detected from its magic bytes.
+pub fn open(path: &Path) -> Result<(Format, TraceReader)> {
+    let io = |source| FormatError::Io { offset: 0, source };
+    let mut file = File::open(path).map_err(io)?;
+    let mut magic = [0u8; 4];
+    let mut got = 0;
+    while got < 4 {
+        match file.read(&mut magic[got..]).map_err(io)? {
+            0 => break,
+            n => got += n,
+        }
+    }
+    let format = detect(&magic[..got]).ok_or_else(|| {
+        FormatError::invalid(
+            0,
+            "the magic bytes of a trace (\"PROC\" dumpalloc, \"MTRC\" mlyze, 78 06 17 a5 syscall TLV)",
+            format!("{:02x?}", &magic[..got]),
+        )
+    })?;
+    let file = File::open(path).map_err(io)?;
+    let reader: TraceReader = match format {
+        Format::Dumpalloc => Box::new(dumpalloc::Reader::new(file)),
+        Format::Mlyze => Box::new(mlyze::Reader::new(file)),
+        Format::Tlv => Box::new(tlv::Reader::new(file)),
+    };
+    Ok((format, reader))
+}

@@ -1,0 +1,1 @@
+//! libtracer.so (placeholder while the interposition layer is written).
