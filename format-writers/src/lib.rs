@@ -31,6 +31,11 @@ pub use model::*;
 /// dropped without `finish` leaves whatever the format can recover from.
 pub trait TraceWriter: Send {
     fn write(&mut self, record: &Record) -> std::io::Result<()>;
+    /// Pushes what has been written so far to the file, so that a process killed
+    /// now leaves a trace that can be read or recovered up to this point.
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
     fn finish(self: Box<Self>) -> std::io::Result<()>;
 }
 

@@ -181,6 +181,10 @@ pub enum Record {
     Event(Event),
     /// Host description (`uname` fields, tracer version, …) as key/value pairs.
     Info(Vec<(String, String)>),
+    /// Resolution of one code address, valid for every frame with that address.
+    /// It may arrive after the stacks that use the address: a tracer resolves
+    /// symbols on its writer thread or at exit, never on the hot path.
+    AddressSymbol { address: u64, symbol: Symbol },
 }
 
 impl From<Event> for Record {
