@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# Benchmarks libtracer side by side with the untraced program and heaptrack.
+#
+# Usage: scripts/bench.sh [--quick]
+#
+# Recording overhead: each workload runs untraced, under libtracer.so (mlyze, the
+# default) and under heaptrack's recorder (`heaptrack -r`, preload and raw
+# recording only), RUNS times each, interleaved, in one go; the median wall
+# time and the median peak RSS (GNU time, %M: largest process of the run) are
+# printed with the ratios to the untraced run.
+#
+# Decoding: the allocation workload with 5M pairs (10M events) is recorded once
+# as mlyze, once as dumpalloc and once by heaptrack; `tracer report` and
+# `heaptrack_print` then read them, and events per second are printed with the
+# bytes each format spends per event.
+#
+# Prints markdown tables on stdout; docs/performance.md holds the latest figures.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+quick=0
+[ "${1:-}" = "--quick" ] && quick=1
+RUNS=${RUNS:-5}
+[ $quick = 1 ] && RUNS=3
+
+cargo build --release --workspace >&2
+LIB=$PWD/target/release/libtracer.so
+TRACER=$PWD/target/release/tracer
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+cc=${CC:-gcc}
+$cc -O2 -g -fno-omit-frame-pointer -pthread examples/bench/alloc_chain.c -o "$work/chain_fp"
+$cc -O2 -g -fomit-frame-pointer -pthread examples/bench/alloc_chain.c -o "$work/chain_nofp"
+
+have_heaptrack=0
+command -v heaptrack >/dev/null && have_heaptrack=1
+
+# measure TAG CMD...: one run, appends "TAG wall_seconds max_rss_kib" to $work/times
+measure() {
+    local tag=$1; shift
+    local d="$work/run-$tag"
+    rm -rf "$d"; mkdir -p "$d"
+    ( cd "$d" && /usr/bin/time -f "%e %M" -o "$d/time" "$@" >/dev/null 2>"$d/stderr" ) || {
+        echo "bench: '$*' failed under $tag:" >&2; cat "$d/stderr" >&2; return 1; }
+    echo "$tag $(cat "$d/time")" >> "$work/times"
+}
+
+# workload NAME CMD...: RUNS interleaved rounds of untraced / libtracer / heaptrack
+workload() {
+    local name=$1; shift
+    : > "$work/times"
+    for _ in $(seq "$RUNS"); do
+        measure base "$@"
+        measure libtracer env LD_PRELOAD="$LIB" TRACER_QUIET=1 TRACER_OUTPUT="trace" "$@"
+        if [ $have_heaptrack = 1 ]; then
+            measure heaptrack heaptrack -r -o "$work/run-heaptrack/ht" "$@"
+        fi
+    done
+    python3 - "$name" "$work/times" <<'PY'
+import statistics, sys
+name, path = sys.argv[1], sys.argv[2]
+rows = {}
+for line in open(path):
+    tag, wall, rss = line.split()
+    rows.setdefault(tag, []).append((float(wall), int(rss)))
+base_w = statistics.median(w for w, _ in rows["base"])
+base_m = statistics.median(m for _, m in rows["base"])
+cells = [name, f"{base_w*1000:.0f} ms, {base_m/1024:.1f} MiB"]
+for tag in ("libtracer", "heaptrack"):
+    if tag not in rows:
+        cells.append("n/a"); continue
+    w = statistics.median(w for w, _ in rows[tag]); m = statistics.median(m for _, m in rows[tag])
+    cells.append(f"{w/base_w:.2f}x ({w*1000:.0f} ms), {m/1024:.1f} MiB (+{(m-base_m)/1024:.1f})")
+print("| " + " | ".join(cells) + " |")
+PY
+}
+
+echo "## Recording overhead (median of $RUNS runs; wall time ratio to untraced, peak RSS)"
+echo
+echo "| workload | untraced | libtracer | heaptrack -r |"
+echo "| --- | --- | --- | --- |"
+workload "alloc_chain 1M pairs, 20 deep, frame pointers" "$work/chain_fp" 1000000
+workload "alloc_chain 1M pairs, 20 deep, no frame pointers" "$work/chain_nofp" 1000000
+workload "alloc_chain 1M pairs, 2 threads" "$work/chain_fp" 1000000 2
+workload "python3 300k-entry dict, PYTHONMALLOC=malloc" env PYTHONMALLOC=malloc PYTHONHASHSEED=0 python3 -c 'd = {str(i): i for i in range(300000)}'
+workload "perl 300k-entry hash" perl -e 'my %h; $h{$_} = $_ for 1..300000;'
+echo
+
+echo "## Decoding (10M events: alloc_chain 5M pairs)"
+echo
+pairs=5000000
+( cd "$work" && LD_PRELOAD="$LIB" TRACER_QUIET=1 TRACER_OUTPUT="$work/big" "$work/chain_fp" $pairs >/dev/null )
+( cd "$work" && LD_PRELOAD="$LIB" TRACER_QUIET=1 TRACER_FORMAT=dumpalloc TRACER_OUTPUT="$work/big" "$work/chain_fp" $pairs >/dev/null )
+echo "| reader | file | bytes | bytes/event | seconds | events/s |"
+echo "| --- | --- | --- | --- | --- | --- |"
+decode() {
+    local label=$1 file=$2 events=$3; shift 3
+    python3 - "$label" "$file" "$events" "$@" <<'PY'
+import os, subprocess, sys, time
+label, path, events, cmd = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4:]
+size = os.path.getsize(path)
+t0 = time.monotonic()
+subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+t = time.monotonic() - t0
+print(f"| {label} | {os.path.basename(path)} | {size} | {size/events:.2f} | {t:.2f} | {events/t/1e6:.1f} M |")
+PY
+}
+events=$((2 * pairs))
+decode "tracer report" "$work/big.mlyze" $events "$TRACER" report "$work/big.mlyze"
+decode "tracer report" "$work/big.dumpalloc" $events "$TRACER" report "$work/big.dumpalloc"
+if [ $have_heaptrack = 1 ]; then
+    ( cd "$work" && heaptrack -o "$work/ht-big" "$work/chain_fp" $pairs >/dev/null 2>&1 )
+    ht=$(ls "$work"/ht-big*.zst | head -1)
+    decode "heaptrack_print" "$ht" $events heaptrack_print "$ht"
+fi
