@@ -1,0 +1,590 @@
+//! One pass over a trace that computes everything `report`, `leaks` and
+//! `validate` print.
+//!
+//! The pass is the hot loop of the command (target: tens of millions of events
+//! a second), so per event it does no allocation and at most two hash-table
+//! operations:
+//!
+//! - the **live-block table** maps an address to its size, allocation stack and
+//!   thread. It is a `hashbrown` table (std's) with the Fx hash from
+//!   `rustc-hash`: addresses are trusted integers, so a DoS-resistant hash
+//!   (SipHash) only costs time.
+//! - **per-stack aggregates** live in a `Vec` indexed by stack id when ids are
+//!   dense (every format we write numbers stacks 0, 1, 2, …), with a hash map
+//!   fallback for ids far beyond the vector (see [`SiteTable`]).
+//! - the **last allocation of each thread** (for temporary allocations) sits in
+//!   a small vector reached through a one-entry cache, since consecutive events
+//!   usually come from the same thread.
+//!
+//! Counting rules (the interface's, made precise):
+//! - `allocations`: every `Alloc` event (each is a successful call that
+//!   returned a block; a realloc is recorded as `Free(old)` + `Alloc(new)`).
+//! - `frees`: every `Free` event of a non-null address, including frees of
+//!   blocks allocated before tracing started (they are blocks released). Those
+//!   do not change the live figures and are counted apart in
+//!   [`HeapStats::frees_unknown`]. A `Free` of address 0 releases nothing and is
+//!   counted only in [`HeapStats::frees_null`].
+//! - an `Alloc` at an address that is already live (a lost free) replaces the
+//!   old block: the old one stops counting as live, and
+//!   [`HeapStats::reused_live_addresses`] says how often it happened.
+//! - **temporary**: heaptrack's meaning, per thread: a block freed by the
+//!   thread that allocated it, with no other allocation by that thread in
+//!   between. A realloc of the block just allocated therefore makes it
+//!   temporary, as in heaptrack.
+//! - **peak**: the largest number of bytes live at once, and the time of the
+//!   event that first reached it.
+
+use format_writers::{
+    Event, Frame, Object, Process, Record, StackId, Symbol, Syscall, Thread, ThreadId,
+};
+use rustc_hash::FxHashMap;
+
+/// A block live at some point: what the leak report needs about it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LiveBlock {
+    pub size: u64,
+    pub stack: StackId,
+    pub thread: ThreadId,
+}
+
+/// Aggregates of one allocation stack ("site").
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Site {
+    pub allocations: u64,
+    pub bytes: u64,
+    pub temporary: u64,
+    /// A `Stack` record defined this id.
+    pub defined: bool,
+}
+
+impl Site {
+    fn is_present(&self) -> bool {
+        self.defined || self.allocations > 0
+    }
+}
+
+/// Per-stack aggregates, dense where ids are dense.
+///
+/// Ids below the vector's length index it directly. An id beyond it grows the
+/// vector when that keeps the vector at most about twice as large as needed
+/// (`id < 2 * len + 4096`); a wild id (a hash, a pointer) goes to the sparse
+/// map instead, so a file cannot make us allocate by naming stack 2^60.
+#[derive(Debug, Default)]
+pub struct SiteTable {
+    dense: Vec<Site>,
+    sparse: FxHashMap<StackId, Site>,
+}
+
+const DENSE_SLACK: u64 = 4096;
+
+impl SiteTable {
+    #[inline]
+    pub fn get_mut(&mut self, id: StackId) -> &mut Site {
+        if id < self.dense.len() as u64 {
+            return &mut self.dense[id as usize];
+        }
+        self.get_mut_slow(id)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn get_mut_slow(&mut self, id: StackId) -> &mut Site {
+        let len = self.dense.len() as u64;
+        if id < len.saturating_mul(2).saturating_add(DENSE_SLACK) {
+            let new_len = (id + 1)
+                .max(len.saturating_mul(2))
+                .min(id + 1 + DENSE_SLACK);
+            self.dense.resize(new_len as usize, Site::default());
+            if !self.sparse.is_empty() {
+                let moved: Vec<StackId> = self
+                    .sparse
+                    .keys()
+                    .copied()
+                    .filter(|&k| k < new_len)
+                    .collect();
+                for k in moved {
+                    if let Some(site) = self.sparse.remove(&k) {
+                        self.dense[k as usize] = site;
+                    }
+                }
+            }
+            return &mut self.dense[id as usize];
+        }
+        self.sparse.entry(id).or_default()
+    }
+
+    pub fn get(&self, id: StackId) -> Option<&Site> {
+        if id < self.dense.len() as u64 {
+            Some(&self.dense[id as usize]).filter(|s| s.is_present())
+        } else {
+            self.sparse.get(&id)
+        }
+    }
+
+    /// Every site seen (defined or allocated from), in no particular order.
+    pub fn iter(&self) -> impl Iterator<Item = (StackId, &Site)> {
+        self.dense
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.is_present())
+            .map(|(i, s)| (i as StackId, s))
+            .chain(self.sparse.iter().map(|(k, s)| (*k, s)))
+    }
+}
+
+/// Figures of the allocation part of a trace.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HeapStats {
+    pub allocations: u64,
+    pub frees: u64,
+    pub bytes_allocated: u64,
+    pub live_bytes: u64,
+    pub peak_bytes: u64,
+    pub peak_blocks: u64,
+    /// Time of the event that first reached the peak (0 when no allocation).
+    pub peak_time_ns: u64,
+    pub temporary: u64,
+    /// Frees of addresses not live in the trace (allocated before tracing,
+    /// or double frees).
+    pub frees_unknown: u64,
+    /// Frees of address 0.
+    pub frees_null: u64,
+    /// Allocations at an address that was still live.
+    pub reused_live_addresses: u64,
+    /// Allocations naming a stack id no `Stack` record defined before them.
+    pub undefined_stack_allocs: u64,
+}
+
+/// Figures of one system call number.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SyscallStats {
+    pub calls: u64,
+    pub errors: u64,
+    pub total_ns: u64,
+    pub slowest_ns: u64,
+}
+
+/// Whether a captured call failed: an `errno` was recorded, or the raw result
+/// is in the kernel's `-4095..=-1` error range.
+pub fn syscall_failed(s: &Syscall) -> Option<i32> {
+    match s.errno {
+        Some(e) if e != 0 => Some(e),
+        _ if (-4095..=-1).contains(&s.result) && s.errno.is_none() => Some((-s.result) as i32),
+        _ => None,
+    }
+}
+
+/// Marks a thread slot that has no pending allocation.
+const NO_ADDRESS: u64 = u64::MAX;
+
+/// The last allocation of each thread, for temporary allocations.
+#[derive(Debug, Default)]
+struct LastAlloc {
+    tids: Vec<ThreadId>,
+    addresses: Vec<u64>,
+    index: FxHashMap<ThreadId, usize>,
+    cached: usize,
+}
+
+impl LastAlloc {
+    #[inline]
+    fn slot(&mut self, tid: ThreadId) -> &mut u64 {
+        if self.tids.get(self.cached) == Some(&tid) {
+            return &mut self.addresses[self.cached];
+        }
+        self.slot_slow(tid)
+    }
+
+    #[cold]
+    fn slot_slow(&mut self, tid: ThreadId) -> &mut u64 {
+        let i = match self.index.get(&tid) {
+            Some(&i) => i,
+            None => {
+                self.tids.push(tid);
+                self.addresses.push(NO_ADDRESS);
+                self.index.insert(tid, self.tids.len() - 1);
+                self.tids.len() - 1
+            }
+        };
+        self.cached = i;
+        &mut self.addresses[i]
+    }
+}
+
+/// The first event that named an undefined stack: (record number, stack id).
+pub type UndefinedStack = (u64, StackId);
+
+/// Everything one pass over a trace learns.
+#[derive(Debug, Default)]
+pub struct Analysis {
+    pub process: Option<Process>,
+    pub objects: Vec<Object>,
+    pub stacks: FxHashMap<StackId, Vec<Frame>>,
+    pub symbols: FxHashMap<u64, Symbol>,
+    pub threads: Vec<Thread>,
+    pub info: Vec<(String, String)>,
+    pub heap: HeapStats,
+    pub sites: SiteTable,
+    pub live: FxHashMap<u64, LiveBlock>,
+    /// Indexed by syscall number.
+    pub syscalls: Vec<SyscallStats>,
+    pub syscall_count: u64,
+    pub markers: u64,
+    pub gcs: u64,
+    pub records: u64,
+    pub first_time_ns: Option<u64>,
+    pub last_time_ns: Option<u64>,
+    pub first_undefined_stack: Option<UndefinedStack>,
+    last_alloc: LastAlloc,
+}
+
+impl Analysis {
+    pub fn new() -> Analysis {
+        Analysis::default()
+    }
+
+    /// Feeds one record.
+    #[inline]
+    pub fn add(&mut self, record: Record) {
+        self.records += 1;
+        match record {
+            Record::Event(event) => self.event(&event),
+            other => self.add_meta(other),
+        }
+    }
+
+    #[cold]
+    fn add_meta(&mut self, record: Record) {
+        match record {
+            Record::Process(p) => self.process = Some(p),
+            Record::Object(o) => self.objects.push(o),
+            Record::Stack(s) => {
+                self.sites.get_mut(s.id).defined = true;
+                self.stacks.insert(s.id, s.frames);
+            }
+            Record::Thread(t) => self.threads.push(t),
+            Record::Info(kv) => self.info.extend(kv),
+            Record::AddressSymbol { address, symbol } => {
+                self.symbols.insert(address, symbol);
+            }
+            Record::Event(e) => self.event(&e),
+        }
+    }
+
+    #[inline]
+    fn note_time(&mut self, t: u64) {
+        if self.first_time_ns.is_none() {
+            self.first_time_ns = Some(t);
+        }
+        match self.last_time_ns {
+            Some(last) if last >= t => {}
+            _ => self.last_time_ns = Some(t),
+        }
+    }
+
+    /// Feeds one event.
+    #[inline]
+    pub fn event(&mut self, event: &Event) {
+        match event {
+            Event::Alloc(a) => {
+                self.note_time(a.time_ns);
+                let heap = &mut self.heap;
+                heap.allocations += 1;
+                heap.bytes_allocated = heap.bytes_allocated.wrapping_add(a.size);
+                let block = LiveBlock {
+                    size: a.size,
+                    stack: a.stack,
+                    thread: a.thread,
+                };
+                if let Some(old) = self.live.insert(a.address, block) {
+                    heap.reused_live_addresses += 1;
+                    heap.live_bytes -= old.size;
+                }
+                heap.live_bytes = heap.live_bytes.wrapping_add(a.size);
+                if heap.live_bytes > heap.peak_bytes {
+                    heap.peak_bytes = heap.live_bytes;
+                    heap.peak_blocks = self.live.len() as u64;
+                    heap.peak_time_ns = a.time_ns;
+                }
+                let site = self.sites.get_mut(a.stack);
+                site.allocations += 1;
+                site.bytes = site.bytes.wrapping_add(a.size);
+                if !site.defined {
+                    heap.undefined_stack_allocs += 1;
+                    if self.first_undefined_stack.is_none() {
+                        self.first_undefined_stack = Some((self.records, a.stack));
+                    }
+                }
+                *self.last_alloc.slot(a.thread) = a.address;
+            }
+            Event::Free(f) => {
+                self.note_time(f.time_ns);
+                if f.address == 0 {
+                    self.heap.frees_null += 1;
+                    return;
+                }
+                self.heap.frees += 1;
+                match self.live.remove(&f.address) {
+                    Some(block) => {
+                        self.heap.live_bytes -= block.size;
+                        if block.thread == f.thread {
+                            let slot = self.last_alloc.slot(f.thread);
+                            if *slot == f.address {
+                                *slot = NO_ADDRESS;
+                                self.heap.temporary += 1;
+                                self.sites.get_mut(block.stack).temporary += 1;
+                            }
+                        }
+                    }
+                    None => self.heap.frees_unknown += 1,
+                }
+            }
+            Event::Syscall(s) => {
+                if let Some(t) = s.time_ns {
+                    self.note_time(t);
+                    if let Some(d) = s.duration_ns {
+                        self.note_time(t.saturating_add(d));
+                    }
+                }
+                self.syscall_count += 1;
+                let n = s.number as usize;
+                if n >= self.syscalls.len() {
+                    self.syscalls.resize(n + 1, SyscallStats::default());
+                }
+                let st = &mut self.syscalls[n];
+                st.calls += 1;
+                if syscall_failed(s).is_some() {
+                    st.errors += 1;
+                }
+                let d = s.duration_ns.unwrap_or(0);
+                st.total_ns = st.total_ns.saturating_add(d);
+                st.slowest_ns = st.slowest_ns.max(d);
+            }
+            Event::Marker(m) => {
+                self.note_time(m.time_ns);
+                self.markers += 1;
+            }
+            Event::Gc(g) => {
+                self.note_time(g.time_ns);
+                self.gcs += 1;
+            }
+        }
+    }
+
+    /// Start of the trace: the process's start time when known, else the
+    /// first event's.
+    pub fn start_ns(&self) -> Option<u64> {
+        match &self.process {
+            Some(p) if p.start_time_ns != 0 => Some(p.start_time_ns),
+            _ => self.first_time_ns,
+        }
+    }
+
+    /// From the start to the last event, nanoseconds.
+    pub fn duration_ns(&self) -> u64 {
+        match (self.start_ns(), self.last_time_ns) {
+            (Some(s), Some(e)) => e.saturating_sub(s),
+            _ => 0,
+        }
+    }
+
+    /// Blocks live now.
+    pub fn live_blocks(&self) -> u64 {
+        self.live.len() as u64
+    }
+
+    /// Blocks live now grouped by allocation stack: `(stack, bytes, blocks)`,
+    /// largest bytes first (then more blocks, then lower stack id).
+    pub fn live_by_stack(&self) -> Vec<(StackId, u64, u64)> {
+        let mut groups: FxHashMap<StackId, (u64, u64)> = FxHashMap::default();
+        for block in self.live.values() {
+            let g = groups.entry(block.stack).or_default();
+            g.0 += block.size;
+            g.1 += 1;
+        }
+        let mut out: Vec<(StackId, u64, u64)> =
+            groups.into_iter().map(|(s, (b, n))| (s, b, n)).collect();
+        out.sort_by(|a, b| b.1.cmp(&a.1).then(b.2.cmp(&a.2)).then(a.0.cmp(&b.0)));
+        out
+    }
+
+    /// Whether the trace holds allocation events (or stacks), as opposed to
+    /// only system calls.
+    pub fn has_heap(&self) -> bool {
+        self.heap.allocations > 0 || self.heap.frees > 0 || !self.stacks.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use format_writers::{Alloc, Free, Stack};
+
+    pub(crate) fn alloc(t: u64, thread: u32, address: u64, size: u64, stack: u64) -> Record {
+        Record::Event(Event::Alloc(Alloc {
+            time_ns: t,
+            thread,
+            address,
+            size,
+            stack,
+        }))
+    }
+    pub(crate) fn free(t: u64, thread: u32, address: u64) -> Record {
+        Record::Event(Event::Free(Free {
+            time_ns: t,
+            thread,
+            address,
+        }))
+    }
+    fn stack(id: u64) -> Record {
+        Record::Stack(Stack {
+            id,
+            frames: vec![Frame {
+                address: 0x1000 + id,
+                symbol: None,
+            }],
+        })
+    }
+
+    fn run(records: Vec<Record>) -> Analysis {
+        let mut a = Analysis::new();
+        for r in records {
+            a.add(r);
+        }
+        a
+    }
+
+    #[test]
+    fn figures_of_a_small_hand_built_trace() {
+        // t=10 A 100 @s0, t=20 B 200 @s1, t=30 C 300 @s0 -> live 600 (peak)
+        // t=40 free B -> live 400; t=50 realloc C -> D 500: free C, alloc D
+        // -> live 100 then 600 (== peak, not above: the peak stays at t=30)
+        // t=60 alloc E 50 -> 650 (new peak at t=60); t=70 free E (temporary:
+        // E was thread 1's last allocation); t=80 free of 0xdead (unknown).
+        let a = run(vec![
+            stack(0),
+            stack(1),
+            alloc(10, 1, 0xa, 100, 0),
+            alloc(20, 1, 0xb, 200, 1),
+            alloc(30, 1, 0xc, 300, 0),
+            free(40, 1, 0xb),
+            free(50, 1, 0xc),
+            alloc(50, 1, 0xd, 500, 1),
+            alloc(60, 1, 0xe, 50, 0),
+            free(70, 1, 0xe),
+            free(80, 1, 0xdead),
+        ]);
+        let h = a.heap;
+        assert_eq!(h.allocations, 5);
+        assert_eq!(h.frees, 4);
+        assert_eq!(h.frees_unknown, 1);
+        assert_eq!(h.bytes_allocated, 1150);
+        assert_eq!(h.peak_bytes, 650);
+        assert_eq!(h.peak_time_ns, 60);
+        assert_eq!(h.peak_blocks, 3);
+        assert_eq!(h.live_bytes, 600);
+        assert_eq!(a.live_blocks(), 2);
+        // C (freed at t=50 by the realloc, thread 1's last allocation then) and
+        // E are temporary; B is not (C was allocated after it).
+        assert_eq!(h.temporary, 2);
+        assert_eq!(a.sites.get(0).unwrap().temporary, 2);
+        assert_eq!(a.sites.get(0).unwrap().bytes, 450);
+        assert_eq!(a.sites.get(1).unwrap().bytes, 700);
+        assert_eq!(a.live_by_stack(), vec![(1, 500, 1), (0, 100, 1)]);
+        assert_eq!(a.duration_ns(), 70);
+        assert_eq!(h.undefined_stack_allocs, 0);
+    }
+
+    #[test]
+    fn temporary_needs_same_thread_and_no_allocation_between() {
+        let a = run(vec![
+            stack(0),
+            alloc(1, 1, 0x10, 8, 0),
+            alloc(2, 1, 0x20, 8, 0),
+            free(3, 1, 0x10), // thread 1 allocated 0x20 since: not temporary
+            alloc(4, 2, 0x30, 8, 0),
+            alloc(5, 1, 0x40, 8, 0), // another thread's allocation doesn't count
+            free(6, 2, 0x30),        // thread 2's last allocation: temporary
+            free(7, 2, 0x40),        // freed by another thread: not temporary
+            alloc(8, 1, 0x50, 8, 0),
+            free(9, 1, 0x60),  // unknown block
+            free(10, 1, 0x50), // no allocation in between: temporary
+        ]);
+        assert_eq!(a.heap.temporary, 2);
+        assert_eq!(a.heap.frees, 5);
+        assert_eq!(a.heap.frees_unknown, 1);
+        assert_eq!(a.heap.live_bytes, 8);
+    }
+
+    #[test]
+    fn reused_address_and_null_free_and_undefined_stack() {
+        let a = run(vec![
+            stack(0),
+            alloc(1, 1, 0x10, 8, 0),
+            alloc(2, 1, 0x10, 24, 7),
+            free(3, 1, 0),
+        ]);
+        assert_eq!(a.heap.reused_live_addresses, 1);
+        assert_eq!(a.heap.live_bytes, 24);
+        assert_eq!(a.live_blocks(), 1);
+        assert_eq!(a.heap.frees, 0);
+        assert_eq!(a.heap.frees_null, 1);
+        assert_eq!(a.heap.undefined_stack_allocs, 1);
+        assert_eq!(a.first_undefined_stack, Some((3, 7)));
+    }
+
+    #[test]
+    fn site_table_dense_and_sparse_ids() {
+        let mut t = SiteTable::default();
+        t.get_mut(1 << 40).allocations = 5;
+        t.get_mut(3).allocations = 1;
+        t.get_mut(5000).allocations = 2;
+        assert_eq!(t.get(1 << 40).unwrap().allocations, 5);
+        assert_eq!(t.get(3).unwrap().allocations, 1);
+        assert_eq!(t.get(5000).unwrap().allocations, 2);
+        assert!(t.get(4).is_none());
+        // A sparse id later covered by the dense vector moves into it.
+        let mut t = SiteTable::default();
+        let s = t.get_mut(10_000);
+        s.bytes = 9;
+        s.allocations = 1;
+        for id in 0..20_000 {
+            t.get_mut(id);
+        }
+        assert_eq!(t.get(10_000).unwrap().bytes, 9);
+        assert_eq!(t.iter().count(), 1);
+    }
+
+    #[test]
+    fn syscall_figures() {
+        let call = |n: u16, result: i64, errno: Option<i32>, d: u64| {
+            Record::Event(Event::Syscall(Syscall {
+                number: n,
+                result,
+                errno,
+                thread: Some(1),
+                time_ns: Some(100),
+                duration_ns: Some(d),
+                args: vec![],
+            }))
+        };
+        let a = run(vec![
+            call(2, 3, None, 10),
+            call(2, -2, None, 30),
+            call(2, -1, Some(13), 5),
+            call(0, 100, None, 7),
+        ]);
+        assert_eq!(
+            a.syscalls[2],
+            SyscallStats {
+                calls: 3,
+                errors: 2,
+                total_ns: 45,
+                slowest_ns: 30
+            }
+        );
+        assert_eq!(a.syscalls[0].calls, 1);
+        assert_eq!(a.syscall_count, 4);
+        assert!(!a.has_heap());
+    }
+}

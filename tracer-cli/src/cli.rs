@@ -1,0 +1,281 @@
+//! The command line, declared with clap's derive API, and the exit-status
+//! policy: 0 success, 1 bad usage or bad input (clap's own usage errors
+//! included: clap would exit 2, the interface says 1), 23 leaks found with
+//! `--fail`/`--fail-on-leak`; `run` passes the traced program's status on.
+
+use std::ffi::OsString;
+use std::io::Write;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use format_writers::Format;
+
+use crate::failure::{self, Failure};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "tracer",
+    version,
+    about = "Record, report on and convert heap and syscall traces of libtracer",
+    long_about = "Record, report on and convert heap and syscall traces of libtracer.\n\n\
+        Every verb detects the input format (dumpalloc, mlyze, syscall TLV) from the \
+        file's magic bytes, never from its name.\n\n\
+        Exit status: 0 success; 1 bad usage or bad input (one line on stderr naming \
+        the file, the byte offset and what was expected); 23 leaks found with --fail \
+        or --fail-on-leak; `tracer run` otherwise exits with the program's own status."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Verb,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Verb {
+    /// Run a program under libtracer.so and print where its traces went
+    Run(RunArgs),
+    /// Summary: process, duration, allocations, frees, peak, live at exit, top sites
+    #[command(
+        long_about = "Summary: process, duration, allocation calls, frees, bytes allocated, peak \
+        heap and when, live at exit, top sites by bytes, by count and by temporary allocations \
+        (freed by the allocating thread before it allocated anything else). Syscall traces get \
+        a `strace -c` table.\n\n\
+        `frees` counts every free of a non-null address, including blocks allocated before \
+        tracing started (they do not change the live figures). Until traces carry a \
+        reachability scan, leaked_* equals live_at_exit_*."
+    )]
+    Report(ReportArgs),
+    /// Blocks live at exit, grouped by allocation stack, largest first
+    #[command(
+        long_about = "Blocks live at exit, grouped by allocation stack, largest first, with \
+        symbolized frames, in LeakSanitizer's layout.\n\n\
+        Traces hold no reachability scan yet: every live block is reported as a definite \
+        (direct) leak, including blocks still referenced at exit."
+    )]
+    Leaks(LeaksArgs),
+    /// Every record in order, one line each (strace-like lines for syscalls)
+    Dump(FileArg),
+    /// Check every rule of the format and of the event model
+    #[command(
+        long_about = "Read every record, checking every rule of the format and of the event \
+        model (an event naming an undefined stack is an error; a free of an address never \
+        allocated is a note: blocks allocated before tracing started). Exit 0 with a one-line \
+        summary, or 1 with the byte offset and what was expected."
+    )]
+    Validate(FileArg),
+    /// Convert a trace to another format
+    #[command(
+        long_about = "Convert a trace to another format: decode with the input's reader, encode \
+        with the target's writer.\n\n\
+        OUT is created exclusively with mode 0600 and never through a symbolic link; if OUT \
+        exists the command fails rather than overwrite it. A partial OUT is removed when the \
+        input turns out to be corrupt."
+    )]
+    Convert(ConvertArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct FileArg {
+    /// The trace file
+    pub file: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// The trace file
+    pub file: PathBuf,
+    /// Print one JSON object
+    #[arg(long)]
+    pub json: bool,
+    /// Sites listed in each ranking
+    #[arg(long, default_value_t = 10, value_name = "N")]
+    pub top: usize,
+    /// Frames printed per stack in the text report
+    #[arg(long, default_value_t = 16, value_name = "N")]
+    pub frames: usize,
+}
+
+#[derive(Debug, Args)]
+pub struct LeaksArgs {
+    /// The trace file
+    pub file: PathBuf,
+    /// Print one JSON object
+    #[arg(long)]
+    pub json: bool,
+    /// LeakSanitizer-style suppressions (`leak:PATTERN` lines)
+    #[arg(long, value_name = "FILE")]
+    pub suppressions: Option<PathBuf>,
+    /// Exit with status 23 when any (unsuppressed) leak remains
+    #[arg(long)]
+    pub fail: bool,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum TargetFormat {
+    Dumpalloc,
+    Mlyze,
+    Tlv,
+}
+
+impl From<TargetFormat> for Format {
+    fn from(t: TargetFormat) -> Format {
+        match t {
+            TargetFormat::Dumpalloc => Format::Dumpalloc,
+            TargetFormat::Mlyze => Format::Mlyze,
+            TargetFormat::Tlv => Format::Tlv,
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct ConvertArgs {
+    /// The input trace (any format)
+    pub input: PathBuf,
+    /// The output format
+    #[arg(long, value_enum)]
+    pub to: TargetFormat,
+    /// The output file: created exclusively, never overwritten
+    #[arg(short = 'o', long = "output", value_name = "OUT")]
+    pub output: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Trace formats, comma-separated: mlyze, dumpalloc, tlv (TRACER_FORMAT)
+    #[arg(long, value_name = "F,..")]
+    pub format: Option<String>,
+    /// Output path template: %p pid, %e executable, %t start time (TRACER_OUTPUT)
+    #[arg(long, value_name = "T")]
+    pub output: Option<String>,
+    /// Syscalls to capture: names, %file, %net, %mem, %process, all (TRACER_SYSCALLS)
+    #[arg(long, value_name = "S")]
+    pub syscalls: Option<String>,
+    /// Frames kept per stack, 0 for none (TRACER_STACK_DEPTH)
+    #[arg(long, value_name = "N")]
+    pub stack_depth: Option<u32>,
+    /// Print nothing but the program's own output (TRACER_QUIET=1)
+    #[arg(long)]
+    pub quiet: bool,
+    /// Print the leak report of each allocation trace written (on stderr)
+    #[arg(long)]
+    pub leak_check: bool,
+    /// Like --leak-check, and exit with status 23 when leaks remain
+    #[arg(long)]
+    pub fail_on_leak: bool,
+    /// LeakSanitizer-style suppressions for the leak report
+    #[arg(long, value_name = "FILE")]
+    pub suppressions: Option<PathBuf>,
+    /// The program and its arguments (after --)
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "CMD"
+    )]
+    pub command: Vec<OsString>,
+}
+
+/// Parses `args` and runs the verb; returns the exit status.
+pub fn main_with_args<I, T>(args: I) -> i32
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let cli = match Cli::try_parse_from(args) {
+        Ok(cli) => cli,
+        Err(e) => {
+            let code = if e.use_stderr() { failure::EXIT_BAD } else { 0 };
+            // Printing help to a closed pipe is no reason to panic either.
+            let _ = e.print();
+            return code;
+        }
+    };
+    match execute(cli.command) {
+        Ok(code) => code,
+        Err(f) => failure::report(&f),
+    }
+}
+
+fn execute(verb: Verb) -> Result<i32, Failure> {
+    let mut out = crate::out::stdout();
+    let code = match verb {
+        Verb::Report(a) => crate::report::execute(
+            &a.file,
+            &crate::report::Options {
+                json: a.json,
+                top: a.top,
+                frames: a.frames,
+            },
+            &mut out,
+        )?,
+        Verb::Leaks(a) => {
+            let mut supp = match &a.suppressions {
+                Some(p) => crate::suppressions::Suppressions::load(p)?,
+                None => Default::default(),
+            };
+            let (_, analysis) = crate::input::analyze(&a.file)?;
+            crate::leaks::print(
+                &analysis,
+                &mut supp,
+                &crate::leaks::Options {
+                    json: a.json,
+                    fail: a.fail,
+                },
+                &mut out,
+            )?
+        }
+        Verb::Dump(a) => crate::dump::execute(&a.file, &mut out)?,
+        Verb::Validate(a) => crate::validate::execute(&a.file, &mut out)?,
+        Verb::Convert(a) => crate::convert::execute(&a.input, a.to.into(), &a.output)?,
+        Verb::Run(a) => {
+            let opts = crate::run::Options {
+                format: a.format,
+                output: a.output,
+                syscalls: a.syscalls,
+                stack_depth: a.stack_depth,
+                quiet: a.quiet,
+                leak_check: a.leak_check,
+                fail_on_leak: a.fail_on_leak,
+                suppressions: a.suppressions,
+                command: a.command,
+            };
+            let mut err = std::io::stderr().lock();
+            crate::run::execute(&opts, &mut err)?
+        }
+    };
+    out.flush()?;
+    Ok(code)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn clap_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn run_takes_the_command_after_double_dash() {
+        let cli =
+            Cli::try_parse_from(["tracer", "run", "--format", "tlv", "--", "ls", "-l"]).unwrap();
+        match cli.command {
+            Verb::Run(r) => {
+                assert_eq!(r.format.as_deref(), Some("tlv"));
+                assert_eq!(r.command, ["ls", "-l"]);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn usage_errors_exit_1() {
+        assert_eq!(main_with_args(["tracer", "report"]), 1);
+        assert_eq!(main_with_args(["tracer", "frobnicate"]), 1);
+        assert_eq!(
+            main_with_args(["tracer", "convert", "x", "--to", "pdf", "-o", "y"]),
+            1
+        );
+    }
+}

@@ -1,0 +1,318 @@
+//! `tracer run`: runs a program under `libtracer.so` and says where its
+//! traces went.
+//!
+//! - The library is `$TRACER_LIB` when set, else `libtracer.so` in the
+//!   directory of the `tracer` executable (where `cargo build` puts both).
+//! - It is prepended to `LD_PRELOAD` (keeping what the user had there), and
+//!   the flags become the library's variables: `--format` → `TRACER_FORMAT`,
+//!   `--output` → `TRACER_OUTPUT`, `--syscalls` → `TRACER_SYSCALLS`,
+//!   `--stack-depth` → `TRACER_STACK_DEPTH`, `--quiet` → `TRACER_QUIET=1`.
+//! - `TRACER_MANIFEST` names a file in a fresh private directory (mode 0700)
+//!   that the library appends one line per trace file to; after the child
+//!   exits it is read, each file is announced as `tracer: wrote FILE` on
+//!   stderr, and the directory is removed.
+//! - While the child runs, SIGINT and SIGQUIT are ignored by `tracer` (the
+//!   child still gets them from the terminal), as a shell does for a
+//!   foreground job: the child decides, and `tracer` reports afterwards.
+//! - Exit status: the child's own; 128+N when signal N killed it (as the
+//!   shell reports it); 127 when the program was not found, 126 when it could
+//!   not be executed. With `--leak-check`, the leak report of every allocation
+//!   trace listed in the manifest goes to stderr; with `--fail-on-leak`, the
+//!   status is 23 when leaks remain (overriding the child's, as
+//!   LeakSanitizer's `exitcode` does), and 1 when a trace cannot be read.
+
+use std::ffi::{OsStr, OsString};
+use std::io::{ErrorKind, Write};
+use std::os::unix::fs::DirBuilderExt;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use format_writers::Format;
+
+use crate::failure::{Failure, EXIT_LEAKS};
+use crate::suppressions::Suppressions;
+
+/// Options of the verb.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    pub format: Option<String>,
+    pub output: Option<String>,
+    pub syscalls: Option<String>,
+    pub stack_depth: Option<u32>,
+    pub quiet: bool,
+    pub leak_check: bool,
+    pub fail_on_leak: bool,
+    pub suppressions: Option<PathBuf>,
+    pub command: Vec<OsString>,
+}
+
+/// The library's file name.
+pub const LIBRARY: &str = "libtracer.so";
+
+/// Finds the preload library: `TRACER_LIB`, else next to the running binary.
+pub fn find_library(tracer_lib: Option<OsString>) -> Result<PathBuf, Failure> {
+    if let Some(lib) = tracer_lib.filter(|v| !v.is_empty()) {
+        let path = PathBuf::from(lib);
+        return match std::fs::metadata(&path) {
+            Ok(m) if m.is_file() => Ok(absolute(&path)),
+            Ok(_) => Err(Failure::Message(format!(
+                "TRACER_LIB={}: not a file; expected the path of {LIBRARY}",
+                path.display()
+            ))),
+            Err(e) => Err(Failure::Message(format!(
+                "TRACER_LIB={}: {}; expected the path of {LIBRARY}",
+                path.display(),
+                crate::failure::io_text(&e)
+            ))),
+        };
+    }
+    let exe = std::env::current_exe().map_err(|e| {
+        Failure::Message(format!(
+            "cannot locate the tracer binary ({}); set TRACER_LIB to the path of {LIBRARY}",
+            crate::failure::io_text(&e)
+        ))
+    })?;
+    let dir = exe.parent().unwrap_or(Path::new("/"));
+    let candidate = dir.join(LIBRARY);
+    if candidate.is_file() {
+        Ok(candidate)
+    } else {
+        Err(Failure::Message(format!(
+            "{LIBRARY} not found next to {}; build it (cargo build --release) or set TRACER_LIB \
+             to its path",
+            exe.display()
+        )))
+    }
+}
+
+fn absolute(p: &Path) -> PathBuf {
+    if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        std::env::current_dir()
+            .map(|d| d.join(p))
+            .unwrap_or_else(|_| p.to_path_buf())
+    }
+}
+
+/// `lib` followed by the current `LD_PRELOAD`, if any (colon-separated, as
+/// the dynamic loader reads it).
+pub fn preload_value(lib: &Path, current: Option<&OsStr>) -> OsString {
+    let mut v = OsString::from(lib.as_os_str());
+    if let Some(cur) = current.filter(|c| !c.is_empty()) {
+        v.push(":");
+        v.push(cur);
+    }
+    v
+}
+
+/// A private directory for the manifest, removed on drop.
+struct PrivateDir(PathBuf);
+
+impl PrivateDir {
+    fn create() -> Result<PrivateDir, Failure> {
+        let base = std::env::temp_dir();
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        for attempt in 0..100u32 {
+            let dir = base.join(format!(
+                "tracer-run-{}-{nanos}-{attempt}",
+                std::process::id()
+            ));
+            match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+                Ok(()) => return Ok(PrivateDir(dir)),
+                Err(e) if e.kind() == ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(Failure::io(&dir, e)),
+            }
+        }
+        Err(Failure::Message(format!(
+            "{}: could not create a private directory for the manifest",
+            base.display()
+        )))
+    }
+}
+
+impl Drop for PrivateDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The exit status a shell would report for `status`.
+pub fn shell_status(status: std::process::ExitStatus) -> i32 {
+    match (status.code(), status.signal()) {
+        (Some(c), _) => c,
+        (None, Some(sig)) => 128 + sig,
+        (None, None) => 1,
+    }
+}
+
+fn set_interrupt_handling(ignore: bool) {
+    let disposition = if ignore { libc::SIG_IGN } else { libc::SIG_DFL };
+    for sig in [libc::SIGINT, libc::SIGQUIT] {
+        // SAFETY: installing SIG_IGN/SIG_DFL has no handler code to run and
+        // is async-signal-safe; the child is already spawned, so it keeps its
+        // default dispositions.
+        unsafe {
+            libc::signal(sig, disposition);
+        }
+    }
+}
+
+/// Runs the verb. `out` receives leak reports.
+pub fn execute(opts: &Options, out: &mut dyn Write) -> Result<i32, Failure> {
+    let Some((program, args)) = opts.command.split_first() else {
+        return Err(Failure::Message("run: expected a command after --".into()));
+    };
+    // Read suppressions before running anything: a typo there should not
+    // cost a whole run.
+    let mut suppressions = match &opts.suppressions {
+        Some(p) => Suppressions::load(p)?,
+        None => Suppressions::default(),
+    };
+    let lib = find_library(std::env::var_os("TRACER_LIB"))?;
+    let dir = PrivateDir::create()?;
+    let manifest = dir.0.join("manifest");
+    let mut cmd = Command::new(program);
+    cmd.args(args)
+        .env(
+            "LD_PRELOAD",
+            preload_value(&lib, std::env::var_os("LD_PRELOAD").as_deref()),
+        )
+        .env("TRACER_MANIFEST", &manifest);
+    for (var, value) in [
+        ("TRACER_FORMAT", opts.format.clone()),
+        ("TRACER_OUTPUT", opts.output.clone()),
+        ("TRACER_SYSCALLS", opts.syscalls.clone()),
+        (
+            "TRACER_STACK_DEPTH",
+            opts.stack_depth.map(|d| d.to_string()),
+        ),
+    ] {
+        if let Some(v) = value {
+            cmd.env(var, v);
+        }
+    }
+    if opts.quiet {
+        cmd.env("TRACER_QUIET", "1");
+    }
+    let mut child = cmd.spawn().map_err(|e| {
+        let code = match e.kind() {
+            ErrorKind::NotFound => 127,
+            _ => 126,
+        };
+        (
+            code,
+            Failure::Message(format!(
+                "{}: {}",
+                Path::new(program).display(),
+                crate::failure::io_text(&e)
+            )),
+        )
+    });
+    let status = match child.as_mut() {
+        Ok(child) => {
+            set_interrupt_handling(true);
+            let waited = child.wait();
+            set_interrupt_handling(false);
+            waited.map_err(|e| Failure::io(Path::new(program), e))?
+        }
+        Err((code, failure)) => {
+            eprintln!("{failure}");
+            return Ok(*code);
+        }
+    };
+    let mut code = shell_status(status);
+    let files = read_manifest(&manifest);
+    if !opts.quiet {
+        for f in &files {
+            eprintln!("tracer: wrote {}", f.display());
+        }
+    }
+    if opts.leak_check || opts.fail_on_leak {
+        let leak_opts = crate::leaks::Options {
+            json: false,
+            fail: opts.fail_on_leak,
+        };
+        for f in &files {
+            let analysis = match crate::input::Trace::open(f) {
+                Ok(t) if t.format == Format::Tlv => continue,
+                Ok(_) => crate::input::analyze(f),
+                Err(e) => Err(e),
+            };
+            match analysis {
+                Ok((_, a)) => {
+                    writeln!(out, "tracer: leak report for {}", f.display())?;
+                    let c = crate::leaks::print(&a, &mut suppressions, &leak_opts, out)?;
+                    if c == EXIT_LEAKS {
+                        code = EXIT_LEAKS;
+                    }
+                }
+                Err(e) => {
+                    eprintln!("{e}");
+                    if opts.fail_on_leak && code != EXIT_LEAKS {
+                        code = 1;
+                    }
+                }
+            }
+        }
+        if files.is_empty() {
+            eprintln!("tracer: the program wrote no trace file; no leak report");
+        }
+    }
+    Ok(code)
+}
+
+/// The trace files listed in the manifest (missing manifest: none).
+fn read_manifest(path: &Path) -> Vec<PathBuf> {
+    match std::fs::read(path) {
+        Ok(bytes) => {
+            use std::os::unix::ffi::OsStrExt;
+            bytes
+                .split(|&b| b == b'\n')
+                .filter(|l| !l.is_empty())
+                .map(|l| PathBuf::from(OsStr::from_bytes(l)))
+                .collect()
+        }
+        Err(_) => Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn preload_keeps_existing_entries() {
+        let lib = Path::new("/opt/libtracer.so");
+        assert_eq!(preload_value(lib, None), "/opt/libtracer.so");
+        assert_eq!(
+            preload_value(lib, Some(OsStr::new(""))),
+            "/opt/libtracer.so"
+        );
+        assert_eq!(
+            preload_value(lib, Some(OsStr::new("/x/libasan.so"))),
+            "/opt/libtracer.so:/x/libasan.so"
+        );
+    }
+
+    #[test]
+    fn tracer_lib_that_does_not_exist_is_named() {
+        let e = find_library(Some("/nonexistent/libtracer.so".into())).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "tracer: TRACER_LIB=/nonexistent/libtracer.so: No such file or directory; expected \
+             the path of libtracer.so"
+        );
+    }
+
+    #[test]
+    fn shell_status_of_signals() {
+        use std::process::ExitStatus;
+        assert_eq!(shell_status(ExitStatus::from_raw(3 << 8)), 3);
+        assert_eq!(shell_status(ExitStatus::from_raw(9)), 137);
+    }
+}
