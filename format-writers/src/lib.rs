@@ -17,6 +17,7 @@ pub mod error;
 pub mod mlyze;
 pub mod model;
 pub mod output;
+pub mod syscalls;
 pub mod tlv;
 
 use std::fs::File;
