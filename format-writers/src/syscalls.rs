@@ -24,7 +24,10 @@ pub const AT_FDCWD: i64 = -100;
 
 /// The name of x86-64 system call `number`, if it has one.
 pub fn name(number: u16) -> Option<&'static str> {
-    NAMES.get(usize::from(number)).copied().filter(|n| !n.is_empty())
+    NAMES
+        .get(usize::from(number))
+        .copied()
+        .filter(|n| !n.is_empty())
 }
 
 /// The x86-64 number of the system call called `name` (kernel names, such as
@@ -77,21 +80,81 @@ pub fn group(name: &str) -> Option<&'static [&'static str]> {
 }
 
 const FILE_GROUP: &[&str] = &[
-    "open", "openat", "creat", "close", "read", "write", "pread64", "pwrite64", "readv",
-    "writev", "lseek", "fsync", "fdatasync", "ftruncate", "stat", "fstat", "lstat",
-    "newfstatat", "statx", "access", "faccessat", "faccessat2", "unlink", "unlinkat", "rename",
-    "renameat", "renameat2", "mkdir", "mkdirat", "rmdir", "dup", "dup2", "dup3", "fcntl",
-    "ioctl", "getdents64", "sendfile", "copy_file_range",
+    "open",
+    "openat",
+    "creat",
+    "close",
+    "read",
+    "write",
+    "pread64",
+    "pwrite64",
+    "readv",
+    "writev",
+    "lseek",
+    "fsync",
+    "fdatasync",
+    "ftruncate",
+    "stat",
+    "fstat",
+    "lstat",
+    "newfstatat",
+    "statx",
+    "access",
+    "faccessat",
+    "faccessat2",
+    "unlink",
+    "unlinkat",
+    "rename",
+    "renameat",
+    "renameat2",
+    "mkdir",
+    "mkdirat",
+    "rmdir",
+    "dup",
+    "dup2",
+    "dup3",
+    "fcntl",
+    "ioctl",
+    "getdents64",
+    "sendfile",
+    "copy_file_range",
 ];
 const NET_GROUP: &[&str] = &[
-    "socket", "socketpair", "bind", "listen", "accept", "accept4", "connect", "sendto",
-    "sendmsg", "recvfrom", "recvmsg", "shutdown", "getsockopt", "setsockopt", "poll", "ppoll",
-    "select", "pselect6", "epoll_create", "epoll_create1", "epoll_ctl", "epoll_wait",
+    "socket",
+    "socketpair",
+    "bind",
+    "listen",
+    "accept",
+    "accept4",
+    "connect",
+    "sendto",
+    "sendmsg",
+    "recvfrom",
+    "recvmsg",
+    "shutdown",
+    "getsockopt",
+    "setsockopt",
+    "poll",
+    "ppoll",
+    "select",
+    "pselect6",
+    "epoll_create",
+    "epoll_create1",
+    "epoll_ctl",
+    "epoll_wait",
     "epoll_pwait",
 ];
 const MEM_GROUP: &[&str] = &["mmap", "munmap", "mremap", "mprotect", "madvise", "brk"];
 const PROCESS_GROUP: &[&str] = &[
-    "fork", "vfork", "clone", "clone3", "execve", "execveat", "wait4", "kill", "exit",
+    "fork",
+    "vfork",
+    "clone",
+    "clone3",
+    "execve",
+    "execveat",
+    "wait4",
+    "kill",
+    "exit",
     "exit_group",
 ];
 

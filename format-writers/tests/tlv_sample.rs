@@ -131,8 +131,8 @@ fn ioctl_with_an_eight_byte_integer() {
     assert_eq!(
         c.args,
         vec![
-            SyscallArg::Int(1),              // 01 00 04 00 01 00 00 00
-            SyscallArg::Int(0x5401),         // 01 00 04 00 01 54 00 00 (TCGETS)
+            SyscallArg::Int(1),                // 01 00 04 00 01 00 00 00
+            SyscallArg::Int(0x5401),           // 01 00 04 00 01 54 00 00 (TCGETS)
             SyscallArg::Int(0x7fff_d37e_f860), // 01 00 08 00 60 f8 7e d3 ff 7f 00 00
         ]
     );
@@ -159,7 +159,13 @@ fn final_write_and_closes() {
         ]
     );
     // Then close(1) and close(2) (0x18b8, 0x18d8), and the file ends at 0x18f8.
-    assert_eq!((calls[83].number, &calls[83].args[..]), (3, &[SyscallArg::Int(1)][..]));
-    assert_eq!((calls[84].number, &calls[84].args[..]), (3, &[SyscallArg::Int(2)][..]));
+    assert_eq!(
+        (calls[83].number, &calls[83].args[..]),
+        (3, &[SyscallArg::Int(1)][..])
+    );
+    assert_eq!(
+        (calls[84].number, &calls[84].args[..]),
+        (3, &[SyscallArg::Int(2)][..])
+    );
     assert_eq!(sample().len(), 0x18f8);
 }

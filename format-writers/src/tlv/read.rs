@@ -49,15 +49,27 @@ impl<R: Read> Reader<R> {
 
     fn u16(&mut self, what: &str) -> Result<u16> {
         let b = self.src.read_array(what)?;
-        Ok(if self.big { u16::from_be_bytes(b) } else { u16::from_le_bytes(b) })
+        Ok(if self.big {
+            u16::from_be_bytes(b)
+        } else {
+            u16::from_le_bytes(b)
+        })
     }
     fn u32(&mut self, what: &str) -> Result<u32> {
         let b = self.src.read_array(what)?;
-        Ok(if self.big { u32::from_be_bytes(b) } else { u32::from_le_bytes(b) })
+        Ok(if self.big {
+            u32::from_be_bytes(b)
+        } else {
+            u32::from_le_bytes(b)
+        })
     }
     fn u64(&mut self, what: &str) -> Result<u64> {
         let b = self.src.read_array(what)?;
-        Ok(if self.big { u64::from_be_bytes(b) } else { u64::from_le_bytes(b) })
+        Ok(if self.big {
+            u64::from_be_bytes(b)
+        } else {
+            u64::from_le_bytes(b)
+        })
     }
 
     /// Skips the padding that brings `len` bytes up to a multiple of 4.
@@ -207,7 +219,8 @@ impl<R: Read> Reader<R> {
                 segment::SYSCALL => Some(self.read_syscall(seg_at, len, false)?),
                 segment::SYSCALL_ORIGINAL => Some(self.read_syscall(seg_at, len, true)?),
                 _ => {
-                    self.src.skip(u64::from(len), "the body of a skipped segment")?;
+                    self.src
+                        .skip(u64::from(len), "the body of a skipped segment")?;
                     None
                 }
             };
@@ -235,9 +248,21 @@ impl<R: Read> Reader<R> {
         }
         let (has_result, th, ts, du, er) = if original {
             use flags::original as o;
-            (f & o::RESULT != 0, f & o::THREAD, f & o::TIMESTAMP, f & o::DURATION, 0)
+            (
+                f & o::RESULT != 0,
+                f & o::THREAD,
+                f & o::TIMESTAMP,
+                f & o::DURATION,
+                0,
+            )
         } else {
-            (true, f & flags::THREAD, f & flags::TIMESTAMP, f & flags::DURATION, f & flags::ERRNO)
+            (
+                true,
+                f & flags::THREAD,
+                f & flags::TIMESTAMP,
+                f & flags::DURATION,
+                f & flags::ERRNO,
+            )
         };
         let mut call = Syscall {
             number,

@@ -8,8 +8,8 @@
 use std::io::{self, BufWriter, Write};
 
 use super::{
-    arg, encode_duration, flags, header_ie, segment, ByteOrder, FLAG_BIG_ENDIAN, MAGIC,
-    MAX_ARGS, MAX_ARGV, MAX_IE_VALUE, MAX_INFO, TRACER_VERSION_KEY, UNAME_KEYS, VERSION,
+    arg, encode_duration, flags, header_ie, segment, ByteOrder, FLAG_BIG_ENDIAN, MAGIC, MAX_ARGS,
+    MAX_ARGV, MAX_IE_VALUE, MAX_INFO, TRACER_VERSION_KEY, UNAME_KEYS, VERSION,
 };
 use crate::model::{Event, Process, Record, Syscall, SyscallArg};
 use crate::TraceWriter;
@@ -137,19 +137,31 @@ impl<'a> Enc<'a> {
         self.buf.push(v);
     }
     fn u16(&mut self, v: u16) {
-        let b = if self.big { v.to_be_bytes() } else { v.to_le_bytes() };
+        let b = if self.big {
+            v.to_be_bytes()
+        } else {
+            v.to_le_bytes()
+        };
         self.bytes(&b);
     }
     fn u32(&mut self, v: u32) {
-        let b = if self.big { v.to_be_bytes() } else { v.to_le_bytes() };
+        let b = if self.big {
+            v.to_be_bytes()
+        } else {
+            v.to_le_bytes()
+        };
         self.bytes(&b);
     }
     fn u64(&mut self, v: u64) {
-        let b = if self.big { v.to_be_bytes() } else { v.to_le_bytes() };
+        let b = if self.big {
+            v.to_be_bytes()
+        } else {
+            v.to_le_bytes()
+        };
         self.bytes(&b);
     }
     fn pad4(&mut self) {
-        while self.buf.len() % 4 != 0 {
+        while !self.buf.len().is_multiple_of(4) {
             self.buf.push(0);
         }
     }
@@ -162,7 +174,11 @@ impl<'a> Enc<'a> {
     fn close_segment(&mut self, body: usize) -> io::Result<()> {
         let len = u32::try_from(self.buf.len() - body)
             .map_err(|_| invalid("a segment longer than 4 GiB".into()))?;
-        let b = if self.big { len.to_be_bytes() } else { len.to_le_bytes() };
+        let b = if self.big {
+            len.to_be_bytes()
+        } else {
+            len.to_le_bytes()
+        };
         self.buf[body - 4..body].copy_from_slice(&b);
         self.pad4();
         Ok(())
@@ -311,8 +327,20 @@ pub(super) fn encode_syscall(e: &mut Enc<'_>, s: &Syscall) -> io::Result<()> {
 /// unknown values at 65,535 bytes, captured buffer prefixes so that the IE fits.
 fn encode_arg(e: &mut Enc<'_>, a: &SyscallArg) {
     let big = e.big;
-    let ne64 = |v: u64| if big { v.to_be_bytes() } else { v.to_le_bytes() };
-    let ne32 = |v: u32| if big { v.to_be_bytes() } else { v.to_le_bytes() };
+    let ne64 = |v: u64| {
+        if big {
+            v.to_be_bytes()
+        } else {
+            v.to_le_bytes()
+        }
+    };
+    let ne32 = |v: u32| {
+        if big {
+            v.to_be_bytes()
+        } else {
+            v.to_le_bytes()
+        }
+    };
     match a {
         SyscallArg::Int(v) => match i32::try_from(*v) {
             Ok(small) => e.ie(arg::INT, &ne32(small as u32)),
