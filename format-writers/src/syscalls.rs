@@ -263,6 +263,30 @@ pub fn at_flags(flags: u64) -> String {
     named_bits(flags, AT_BITS, "0")
 }
 
+/// Renders a flag-bits argument of system call `number` found at argument
+/// position `index` (0-based, in kernel argument order): open flags for
+/// `open`/`openat`/`creat`, protection and mapping flags for `mmap`/`mprotect`,
+/// `AT_*` flags for the `*at` calls; any other as hexadecimal.
+pub fn flags_text(number: u16, index: usize, value: u64) -> String {
+    match (name(number).unwrap_or(""), index) {
+        ("open", 1) | ("openat", 2) => open_flags(value),
+        ("mmap", 2) | ("mprotect", 2) | ("pkey_mprotect", 2) => mmap_prot(value),
+        ("mmap", 3) => mmap_flags(value),
+        ("newfstatat", 3)
+        | ("unlinkat", 2)
+        | ("faccessat2", 3)
+        | ("fchmodat2", 3)
+        | ("statx", 2)
+        | ("fchownat", 4)
+        | ("utimensat", 3)
+        | ("linkat", 4)
+        | ("execveat", 4)
+        | ("name_to_handle_at", 4)
+        | ("open_tree", 2) => at_flags(value),
+        _ => format!("{value:#x}"),
+    }
+}
+
 /// The name of signal `signal` (`9` → `SIGKILL`); real-time signals as `SIGRT_n`.
 pub fn signal_name(signal: i64) -> Option<String> {
     let i = usize::try_from(signal).ok()?;
@@ -718,6 +742,13 @@ mod tests {
         assert_eq!(mmap_flags(0x812), "MAP_PRIVATE|MAP_FIXED|MAP_DENYWRITE");
         assert_eq!(at_flags(0), "0");
         assert_eq!(at_flags(0x1100), "AT_SYMLINK_NOFOLLOW|AT_EMPTY_PATH");
+        assert_eq!(flags_text(257, 2, 0x80000), "O_RDONLY|O_CLOEXEC");
+        assert_eq!(flags_text(2, 1, 0o1101), "O_WRONLY|O_CREAT|O_TRUNC");
+        assert_eq!(flags_text(9, 2, 1), "PROT_READ");
+        assert_eq!(flags_text(9, 3, 0x22), "MAP_PRIVATE|MAP_ANONYMOUS");
+        assert_eq!(flags_text(263, 2, 0x200), "AT_REMOVEDIR");
+        assert_eq!(flags_text(257, 3, 0o644), "0x1a4");
+        assert_eq!(flags_text(u16::MAX, 0, 1), "0x1");
         assert_eq!(signal_name(9).as_deref(), Some("SIGKILL"));
         assert_eq!(signal_name(34).as_deref(), Some("SIGRT_2"));
         assert_eq!(signal_name(0), None);

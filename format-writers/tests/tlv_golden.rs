@@ -342,3 +342,37 @@ fn errors_name_the_offset_and_what_was_expected() {
     assert!(r.next().unwrap().is_err());
     assert!(r.next().is_none());
 }
+
+/// The worked example of `docs/formats/syscall-tlv.md` is what the writer emits.
+#[test]
+#[rustfmt::skip]
+fn documented_worked_syscall() {
+    let call = Syscall {
+        number: 257,
+        result: -2,
+        errno: Some(2),
+        thread: Some(0x4321),
+        time_ns: Some(START + 1000),
+        duration_ns: Some(12_843),
+        args: vec![
+            SyscallArg::Fd(-100),
+            SyscallArg::Path(b"/etc/hosts".to_vec()),
+            SyscallArg::Flags(0x80000),
+        ],
+    };
+    let got = write(ByteOrder::Little, &[Record::Process(process()), call.into_record()]);
+    let mut expect = vec![
+        0x01, 0x00, 0x00, 0x00, 0x44, 0x00, 0x00, 0x00,
+        0x01, 0x01, 0x0f, 0x00,
+        0xfe, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+        0x21, 0x43, 0x00, 0x00,
+        0xfd, 0xd0, 0x85, 0x3d, 0xfe, 0x9c, 0x97, 0x17,
+        0x2b, 0x32, 0x00, 0x00,
+        0x02, 0x00, 0x00, 0x00,
+        0x02, 0x01, 0x04, 0x00, 0x9c, 0xff, 0xff, 0xff,
+        0x03, 0x01, 0x0a, 0x00,
+    ];
+    expect.extend_from_slice(b"/etc/hosts\0\0");
+    expect.extend_from_slice(&[0x01, 0x01, 0x08, 0x00, 0x00, 0x00, 0x08, 0x00, 0x00, 0x00, 0x00, 0x00]);
+    assert!(got.ends_with(&expect), "{:02x?}", &got[got.len().saturating_sub(expect.len())..]);
+}
