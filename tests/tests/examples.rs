@@ -1,0 +1,138 @@
+//! The single-process example programs: the trace's figures equal the figures
+//! derived by reading each program (stated in its header comment), and
+//! valgrind's "total heap usage" / "in use at exit" on the same binary agree
+//! with them (or differ by exactly the amount the example documents). Output
+//! and exit status are the same with and without libtracer.
+
+use tracer_tests::*;
+
+/// Hand-derived figures: (allocation calls, frees, bytes allocated, live bytes, live blocks).
+const LEAK: Figures = Figures::new(3, 1, 600, 400, 2);
+const CALLOC: Figures = Figures::new(3, 2, 1081, 1, 1);
+const REALLOC: Figures = Figures::new(7, 6, 1490, 8, 1);
+const ALIGN: Figures = Figures::new(4, 3, 752, 100, 1);
+const PVALLOC: Figures = Figures::new(3, 2, 5100, 100, 1);
+/// 72,704-byte libstdc++ pool + 4 + 48 + 100 + 32, and the 136-byte exception
+/// libstdc++ throws inside the failing nothrow new[] (see cxx_new.cpp).
+const CXX_NEW: Figures = Figures::new(6, 4, 73_024, 72_736, 2);
+const EXIT_LIVE: Figures = Figures::new(3, 1, 1050, 1000, 2);
+const ABORT: Figures = Figures::new(2, 1, 579, 456, 1);
+const CHAIN10: Figures = Figures::new(1, 0, 4242, 4242, 1);
+
+/// Runs `name` natively and under libtracer: same stdout and status, one trace
+/// with the expected figures (computed from the records and by `tracer report`).
+fn traced_matches(name: &str, expected: Figures) -> Trace {
+    let cmd = Cmd::new(example(name));
+    let plain = cmd.run_plain();
+    let mut run = run_traced(&cmd, &[]);
+    assert_same_behaviour(&plain, &run, name);
+    recover_spools(&mut run);
+    let trace = single_trace(&run);
+    assert_trace_figures(&trace, expected, name);
+    trace
+}
+
+/// valgrind on the same binary: one process, with these figures.
+fn valgrind_says(name: &str, expected: Figures) {
+    let cmd = Cmd::new(example(name));
+    let plain = cmd.run_plain();
+    let (out, by_pid) = valgrind(&cmd);
+    assert_eq!(by_pid.len(), 1, "{name}: one valgrind summary expected: {by_pid:?}");
+    let v = by_pid.values().next().unwrap();
+    assert_eq!(v.figures, expected, "{name}: valgrind's heap summary");
+    assert_eq!(status_text(&out.status), status_text(&plain.status), "{name}: status under valgrind");
+}
+
+#[test]
+fn leak_valgrind() {
+    valgrind_says("leak", LEAK);
+}
+#[test]
+fn leak_traced() {
+    traced_matches("leak", LEAK);
+}
+
+#[test]
+fn calloc_valgrind() {
+    valgrind_says("calloc", CALLOC);
+}
+#[test]
+fn calloc_traced() {
+    traced_matches("calloc", CALLOC);
+}
+
+/// valgrind 3.19 also treats realloc(p, 0) as glibc does: one free, no
+/// allocation, NULL returned — the figures agree exactly.
+#[test]
+fn realloc_valgrind() {
+    valgrind_says("realloc", REALLOC);
+}
+#[test]
+fn realloc_traced() {
+    traced_matches("realloc", REALLOC);
+}
+
+#[test]
+fn align_valgrind() {
+    valgrind_says("align", ALIGN);
+}
+#[test]
+fn align_traced() {
+    traced_matches("align", ALIGN);
+}
+
+/// No valgrind: valgrind 3.19 aborts the program on pvalloc.
+#[test]
+fn pvalloc_traced() {
+    traced_matches("pvalloc", PVALLOC);
+}
+
+/// valgrind replaces `operator new(size, nothrow)` itself, so it never sees
+/// the bad_alloc libstdc++ allocates (136 bytes) and frees inside it: exactly
+/// one allocation, one free and 136 bytes fewer; live blocks the same.
+#[test]
+fn cxx_new_valgrind() {
+    let expected = Figures::new(
+        CXX_NEW.allocations - 1,
+        CXX_NEW.frees - 1,
+        CXX_NEW.bytes_allocated - 136,
+        CXX_NEW.live_bytes,
+        CXX_NEW.live_blocks,
+    );
+    valgrind_says("cxx_new", expected);
+}
+#[test]
+fn cxx_new_traced() {
+    let t = traced_matches("cxx_new", CXX_NEW);
+    // The pool libstdc++ allocates before main is there, and it is the first
+    // allocation of the program.
+    assert_eq!(t.allocs.first().map(|a| a.0), Some(72_704), "first allocation: libstdc++'s pool");
+}
+
+/// `_exit` runs no exit handlers: valgrind still prints its summary.
+#[test]
+fn exit_live_valgrind() {
+    valgrind_says("exit_live", EXIT_LIVE);
+}
+/// After `_exit(3)` the trace is complete, or recoverable, with every event
+/// before it.
+#[test]
+fn exit_live_traced() {
+    traced_matches("exit_live", EXIT_LIVE);
+}
+
+#[test]
+fn abort_valgrind() {
+    valgrind_says("abort", ABORT);
+}
+/// Killed by SIGABRT: the trace is complete or recoverable with every event
+/// before the abort.
+#[test]
+fn abort_traced() {
+    traced_matches("abort", ABORT);
+}
+
+#[test]
+fn chain10_valgrind() {
+    valgrind_says("chain10", CHAIN10);
+}
