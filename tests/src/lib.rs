@@ -75,7 +75,10 @@ fn process_scratch() -> &'static PathBuf {
         if let Ok(entries) = fs::read_dir(&base) {
             for e in entries.flatten() {
                 let name = e.file_name().to_string_lossy().to_string();
-                if let Some(pid) = name.strip_prefix("run-").and_then(|p| p.parse::<u32>().ok()) {
+                if let Some(pid) = name
+                    .strip_prefix("run-")
+                    .and_then(|p| p.parse::<u32>().ok())
+                {
                     if pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
                         let _ = fs::remove_dir_all(e.path());
                     }
@@ -265,7 +268,11 @@ pub fn trace_files(dir: &Path) -> Vec<PathBuf> {
             rd.flatten()
                 .map(|e| e.path())
                 .filter(|p| {
-                    let name = p.file_name().unwrap_or_default().to_string_lossy().to_string();
+                    let name = p
+                        .file_name()
+                        .unwrap_or_default()
+                        .to_string_lossy()
+                        .to_string();
                     name.starts_with("t-")
                         && [".mlyze", ".dumpalloc", ".tlv"]
                             .iter()
@@ -373,8 +380,7 @@ impl Trace {
 
 /// Reads a trace completely and computes its figures from the records.
 pub fn read_trace(path: &Path) -> Result<Trace, String> {
-    let (_, reader) =
-        format_writers::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let (_, reader) = format_writers::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let mut t = Trace {
         path: path.to_path_buf(),
         ..Trace::default()
@@ -444,7 +450,12 @@ pub fn spools(dir: &Path) -> Vec<PathBuf> {
         .map(|rd| {
             rd.flatten()
                 .map(|e| e.path())
-                .filter(|p| p.file_name().unwrap_or_default().to_string_lossy().contains(".spool"))
+                .filter(|p| {
+                    p.file_name()
+                        .unwrap_or_default()
+                        .to_string_lossy()
+                        .contains(".spool")
+                })
                 .collect()
         })
         .unwrap_or_default();
@@ -535,9 +546,12 @@ pub fn cli_report(path: &Path) -> serde_json::Value {
 pub fn cli_figures(path: &Path) -> Figures {
     let v = cli_report(path);
     let get = |k: &str| {
-        v.get(k)
-            .and_then(|x| x.as_u64())
-            .unwrap_or_else(|| panic!("tracer report --json {}: no integer {k:?} in {v}", path.display()))
+        v.get(k).and_then(|x| x.as_u64()).unwrap_or_else(|| {
+            panic!(
+                "tracer report --json {}: no integer {k:?} in {v}",
+                path.display()
+            )
+        })
     };
     Figures {
         allocations: get("allocations"),
@@ -572,7 +586,10 @@ pub fn assert_trace_figures(trace: &Trace, expected: Figures, what: &str) {
         trace.unknown_frees,
         trace.double_allocs
     );
-    assert_eq!(trace.double_allocs, 0, "{what}: an address allocated twice without a free");
+    assert_eq!(
+        trace.double_allocs, 0,
+        "{what}: an address allocated twice without a free"
+    );
     assert_validates(&trace.path);
     assert_eq!(
         cli_figures(&trace.path),
@@ -690,14 +707,20 @@ pub fn heaptrack_calls(cmd: &Cmd) -> (Output, u64) {
         .flatten()
         .map(|e| e.path())
         .find(|p| p.file_name().unwrap().to_string_lossy().starts_with("hp"))
-        .unwrap_or_else(|| panic!("heaptrack wrote no file: {}", String::from_utf8_lossy(&output.stderr)));
+        .unwrap_or_else(|| {
+            panic!(
+                "heaptrack wrote no file: {}",
+                String::from_utf8_lossy(&output.stderr)
+            )
+        });
     let printed = Command::new("heaptrack_print")
         .arg(&data)
         .output()
         .expect("run heaptrack_print");
     let text = String::from_utf8_lossy(&printed.stdout);
-    let calls = parse_heaptrack_calls(&text)
-        .unwrap_or_else(|| panic!("no \"calls to allocation functions:\" line in heaptrack_print output:\n{text}"));
+    let calls = parse_heaptrack_calls(&text).unwrap_or_else(|| {
+        panic!("no \"calls to allocation functions:\" line in heaptrack_print output:\n{text}")
+    });
     (output, calls)
 }
 
@@ -729,7 +752,8 @@ pub fn has_tls_segment(path: &Path) -> bool {
     let phnum = u16_at(0x38);
     (0..phnum).any(|i| {
         let o = phoff + i * phentsize;
-        o + 4 <= data.len() && u32::from_le_bytes([data[o], data[o + 1], data[o + 2], data[o + 3]]) == 7
+        o + 4 <= data.len()
+            && u32::from_le_bytes([data[o], data[o + 1], data[o + 2], data[o + 3]]) == 7
     })
 }
 
@@ -776,8 +800,14 @@ pub fn dtv_bytes_for(binary: &Path, preload: Option<&Path>) -> u64 {
 /// preloaded ones.
 pub fn dtv_bytes_under_valgrind(binary: &Path) -> u64 {
     let mut objects = loaded_objects(binary, None);
-    for dir in ["/usr/libexec/valgrind", "/usr/lib/x86_64-linux-gnu/valgrind"] {
-        for name in ["vgpreload_core-amd64-linux.so", "vgpreload_memcheck-amd64-linux.so"] {
+    for dir in [
+        "/usr/libexec/valgrind",
+        "/usr/lib/x86_64-linux-gnu/valgrind",
+    ] {
+        for name in [
+            "vgpreload_core-amd64-linux.so",
+            "vgpreload_memcheck-amd64-linux.so",
+        ] {
             let p = Path::new(dir).join(name);
             if p.exists() {
                 objects.push(p);

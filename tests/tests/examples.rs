@@ -37,10 +37,18 @@ fn valgrind_says(name: &str, expected: Figures) {
     let cmd = Cmd::new(example(name));
     let plain = cmd.run_plain();
     let (out, by_pid) = valgrind(&cmd);
-    assert_eq!(by_pid.len(), 1, "{name}: one valgrind summary expected: {by_pid:?}");
+    assert_eq!(
+        by_pid.len(),
+        1,
+        "{name}: one valgrind summary expected: {by_pid:?}"
+    );
     let v = by_pid.values().next().unwrap();
     assert_eq!(v.figures, expected, "{name}: valgrind's heap summary");
-    assert_eq!(status_text(&out.status), status_text(&plain.status), "{name}: status under valgrind");
+    assert_eq!(
+        status_text(&out.status),
+        status_text(&plain.status),
+        "{name}: status under valgrind"
+    );
 }
 
 #[test]
@@ -106,7 +114,11 @@ fn cxx_new_traced() {
     let t = traced_matches("cxx_new", CXX_NEW);
     // The pool libstdc++ allocates before main is there, and it is the first
     // allocation of the program.
-    assert_eq!(t.allocs.first().map(|a| a.0), Some(72_704), "first allocation: libstdc++'s pool");
+    assert_eq!(
+        t.allocs.first().map(|a| a.0),
+        Some(72_704),
+        "first allocation: libstdc++'s pool"
+    );
 }
 
 /// `_exit` runs no exit handlers: valgrind still prints its summary.

@@ -1,0 +1,182 @@
+//! Threads, the stress run, fork and exec: every process's trace has the
+//! figures derived from its program, the files are where they should be, and
+//! valgrind agrees where it can see the same thing.
+
+use std::path::Path;
+
+use tracer_tests::*;
+
+/// threads.c's own calls (see its header).
+const THREADS_OWN: Figures = Figures::new(15, 11, 2612, 650, 4);
+
+#[test]
+fn threads_valgrind() {
+    let bin = example("threads");
+    let (_, by_pid) = valgrind(&Cmd::new(&bin));
+    assert_eq!(by_pid.len(), 1);
+    let dtv = dtv_bytes_under_valgrind(&bin);
+    let expected = THREADS_OWN.plus_live(4, dtv);
+    assert_eq!(
+        by_pid.values().next().unwrap().figures,
+        expected,
+        "threads under valgrind (DTV {dtv} bytes)"
+    );
+}
+
+#[test]
+fn threads_traced() {
+    let bin = example("threads");
+    let cmd = Cmd::new(&bin);
+    let plain = cmd.run_plain();
+    let run = run_traced(&cmd, &[]);
+    assert_same_behaviour(&plain, &run, "threads");
+    let trace = single_trace(&run);
+    // One DTV per pthread_create, its size set by the TLS modules loaded at
+    // start-up, libtracer.so and its dependencies included.
+    let dtv = dtv_bytes_for(&bin, Some(&tracer_lib()));
+    assert_trace_figures(&trace, THREADS_OWN.plus_live(4, dtv), "threads");
+    assert!(
+        trace.threads.len() >= 5,
+        "main and 4 workers allocate: {:?}",
+        trace.threads
+    );
+}
+
+/// 8 threads x 200,000 allocations and frees, blocks freed by other threads:
+/// every count exact, nothing of the program's live at the end, trace valid.
+#[test]
+fn stress_exact() {
+    let bin = example("stress");
+    let cmd = Cmd::new(&bin);
+    let plain = cmd.run_plain();
+    let run = run_traced(&cmd, &[]);
+    assert_same_behaviour(&plain, &run, "stress");
+    let trace = single_trace(&run);
+    let bytes: u64 = (0..8u64)
+        .flat_map(|t| (0..200_000u64).map(move |i| 1 + (i * 37 + t * 101) % 2000))
+        .sum();
+    assert_eq!(bytes, 1_600_800_000, "stress.c's stated sum");
+    let own = Figures::new(1_600_000, 1_600_000, bytes, 0, 0);
+    let dtv = dtv_bytes_for(&bin, Some(&tracer_lib()));
+    assert_trace_figures(&trace, own.plus_live(8, dtv), "stress");
+    assert_eq!(
+        trace.unknown_frees, 0,
+        "every free names a block the trace saw allocated"
+    );
+}
+
+/// fork.c: parent's and child's figures (see its header).
+const FORK_PARENT: Figures = Figures::new(3, 2, 5499, 4444, 1);
+const FORK_CHILD: Figures = Figures::new(2, 1, 333, 222, 1);
+
+#[test]
+fn fork_valgrind() {
+    let (out, by_pid) = valgrind(&Cmd::new(example("fork")));
+    assert!(out.status.success());
+    let mut got: Vec<Figures> = by_pid.values().map(|v| v.figures).collect();
+    got.sort_by_key(|f| f.live_bytes);
+    // valgrind's child counters start from the parent's at the fork: the
+    // child's summary also holds the parent's pre-fork malloc(1000) + free.
+    let child_in_valgrind = FORK_CHILD.plus_temporary(1, 1000);
+    assert_eq!(got, vec![child_in_valgrind, FORK_PARENT]);
+}
+
+#[test]
+fn fork_follow_gives_each_process_its_file() {
+    let cmd = Cmd::new(example("fork"));
+    let plain = cmd.run_plain();
+    let run = run_traced(&cmd, &[("TRACER_FOLLOW_FORK", "1")]);
+    assert_same_behaviour(&plain, &run, "fork");
+    assert_eq!(
+        run.files.len(),
+        2,
+        "a trace for the parent and one for the child: {:?}",
+        run.files
+    );
+    let by_pid = traces_by_pid(&run);
+    assert_eq!(by_pid.len(), 2, "two different pids: {:?}", by_pid.keys());
+    let parent = &by_pid
+        .get(&run.pid)
+        .expect("the parent's trace names its pid")[0];
+    assert_trace_figures(parent, FORK_PARENT, "fork parent");
+    let (_, child) = by_pid.iter().find(|(pid, _)| **pid != run.pid).unwrap();
+    // The child's file holds the child's own calls only: nothing the parent
+    // did before the fork is counted twice.
+    assert_trace_figures(&child[0], FORK_CHILD, "fork child");
+    assert_eq!(child[0].unknown_frees, 0);
+    // The manifest names exactly the files written, absolute.
+    let mut manifest = run.manifest.clone();
+    manifest.sort();
+    assert_eq!(
+        manifest, run.files,
+        "TRACER_MANIFEST lists every file written"
+    );
+    assert!(manifest.iter().all(|p| p.is_absolute()));
+}
+
+#[test]
+fn fork_not_followed_traces_the_parent_only() {
+    let cmd = Cmd::new(example("fork"));
+    let plain = cmd.run_plain();
+    let run = run_traced(&cmd, &[("TRACER_FOLLOW_FORK", "0")]);
+    assert_same_behaviour(&plain, &run, "fork");
+    let trace = single_trace(&run);
+    assert_eq!(trace.process.as_ref().map(|p| p.pid), Some(run.pid));
+    assert_trace_figures(&trace, FORK_PARENT, "fork parent, children not followed");
+}
+
+/// exec.c before its execv (see its header), then leak.c in the same process.
+const EXEC_BEFORE: Figures = Figures::new(2, 1, 768, 512, 1);
+const LEAK: Figures = Figures::new(3, 1, 600, 400, 2);
+
+fn name_of(p: &Path) -> String {
+    p.file_name().unwrap().to_string_lossy().to_string()
+}
+
+/// The pre-exec image's file is complete; the exec'd program (same pid, so
+/// its name is taken and `.1` is inserted) has its own.
+#[test]
+fn exec_followed() {
+    let cmd = Cmd::new(example("exec")).arg(example("leak"));
+    let plain = cmd.run_plain();
+    assert_eq!(
+        String::from_utf8_lossy(&plain.stdout),
+        "exec: about to exec\nleak: done\n"
+    );
+    let run = run_traced(&cmd, &[("TRACER_FOLLOW_EXEC", "1")]);
+    assert_same_behaviour(&plain, &run, "exec");
+    let names: Vec<String> = run.files.iter().map(|p| name_of(p)).collect();
+    let first = format!("t-{}.mlyze", run.pid);
+    let second = format!("t-{}.1.mlyze", run.pid);
+    assert_eq!(
+        names,
+        vec![second.clone(), first.clone()],
+        "files of the two images"
+    );
+    let before = read_trace(&run.dir.join(&first)).expect("pre-exec trace reads");
+    assert_trace_figures(&before, EXEC_BEFORE, "exec, before the exec");
+    let after = read_trace(&run.dir.join(&second)).expect("post-exec trace reads");
+    assert_trace_figures(&after, LEAK, "exec, the exec'd leak program");
+    for (t, exe) in [(&before, "exec"), (&after, "leak")] {
+        if let Some(p) = &t.process {
+            assert_eq!(p.pid, run.pid);
+            if !p.executable.is_empty() {
+                assert!(
+                    p.executable.ends_with(exe),
+                    "executable {:?} should be {exe}",
+                    p.executable
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn exec_not_followed() {
+    let cmd = Cmd::new(example("exec")).arg(example("leak"));
+    let plain = cmd.run_plain();
+    let run = run_traced(&cmd, &[("TRACER_FOLLOW_EXEC", "0")]);
+    assert_same_behaviour(&plain, &run, "exec");
+    let trace = single_trace(&run);
+    assert_trace_figures(&trace, EXEC_BEFORE, "exec, before the exec");
+}
