@@ -76,13 +76,6 @@ impl<R: Read> Reader<R> {
                 .read_exact(&mut h, "a record header (4-byte type code, 4-byte length)")?;
         }
         let code = [h[0], h[1], h[2], h[3]];
-        if !code.iter().all(|b| b.is_ascii_graphic() || *b == b' ') {
-            return Err(FormatError::invalid(
-                start,
-                "a record type code of four printable ASCII characters",
-                format!("{code:02x?}"),
-            ));
-        }
         Ok(Some((
             start,
             code,
@@ -96,6 +89,7 @@ impl<R: Read> Reader<R> {
                 return Ok(None);
             };
             let Some(cap) = known_record(&code) else {
+                check_code(start, &code)?;
                 self.src.skip(
                     u64::from(len),
                     &format!("the {} record at byte {start}", code_str(&code)),
@@ -116,11 +110,13 @@ impl<R: Read> Reader<R> {
             }
             let src = &mut self.src;
             let spare = &mut self.spare;
-            let mut body = |f: &mut dyn FnMut(&mut Cursor) -> Result<Record>| {
-                with_body(src, spare, code, len, f)
-            };
+            macro_rules! body {
+                ($f:expr) => {
+                    with_body(src, spare, code, len, $f)
+                };
+            }
             let record = match code {
-                PROC => body(&mut |c: &mut Cursor| {
+                PROC => body!(|c: &mut Cursor| {
                     let pid = c.u32("the process id")?;
                     let executable = c.string("the process name")?;
                     let start_time_ns = c.opt_time("the start time (extension)")?.unwrap_or(0);
@@ -139,7 +135,7 @@ impl<R: Read> Reader<R> {
                         start_time_ns,
                     }))
                 })?,
-                OBJE => body(&mut |c: &mut Cursor| {
+                OBJE => body!(|c: &mut Cursor| {
                     let path = c.string("the object name")?;
                     let load_address = c.opt_u64("the load address (extension)")?.unwrap_or(0);
                     let size = c.opt_u64("the mapping size (extension)")?.unwrap_or(0);
@@ -149,7 +145,7 @@ impl<R: Read> Reader<R> {
                         size,
                     }))
                 })?,
-                DALC => body(&mut |c: &mut Cursor| {
+                DALC => body!(|c: &mut Cursor| {
                     let address = c.u64("the deallocated address")?;
                     let time_ns = c
                         .opt_time("the deallocation time (extension)")?
@@ -161,12 +157,12 @@ impl<R: Read> Reader<R> {
                         address,
                     })))
                 })?,
-                THRD => body(&mut |c: &mut Cursor| {
+                THRD => body!(|c: &mut Cursor| {
                     let tid = c.u32("the thread id")?;
                     let name = c.string("the thread name")?;
                     Ok(Record::Thread(Thread { tid, name }))
                 })?,
-                MARK => body(&mut |c: &mut Cursor| {
+                MARK => body!(|c: &mut Cursor| {
                     let time_ns = c.time("the marker time")?;
                     let thread = c.u32("the thread id")?;
                     let name = c.string("the marker name")?;
@@ -176,7 +172,7 @@ impl<R: Read> Reader<R> {
                         name,
                     })))
                 })?,
-                GCOL => body(&mut |c: &mut Cursor| {
+                GCOL => body!(|c: &mut Cursor| {
                     let time_ns = c.time("the collection time")?;
                     let objects = c.u64("the collected object count")?;
                     let bytes = c.u64("the collected byte count")?;
@@ -186,12 +182,12 @@ impl<R: Read> Reader<R> {
                         bytes,
                     })))
                 })?,
-                ASYM => body(&mut |c: &mut Cursor| {
+                ASYM => body!(|c: &mut Cursor| {
                     let address = c.u64("the symbolized address")?;
                     let symbol = c.symbol()?;
                     Ok(Record::AddressSymbol { address, symbol })
                 })?,
-                INFO => body(&mut |c: &mut Cursor| {
+                INFO => body!(|c: &mut Cursor| {
                     let n = c.u32("the number of key/value pairs")?;
                     // Every pair takes at least its two 4-byte lengths.
                     let mut pairs = Vec::with_capacity((n as usize).min(c.left() / 8));
@@ -215,7 +211,7 @@ impl<R: Read> Reader<R> {
             &mut self.spare,
             ALOC,
             len,
-            &mut |c: &mut Cursor| {
+            |c: &mut Cursor| {
                 let address = c.u64("the allocated address")?;
                 let time_ns = c.time("the allocation time")?;
                 let size = c.opt_u64("the block size (extension)")?.unwrap_or(0);
@@ -236,6 +232,41 @@ impl<R: Read> Reader<R> {
         // is an `NTVE` still waiting for a possible `NSYM`.
         let mut open_native: Option<usize> = None;
         loop {
+            // Fast path: plain NTVE frames and the closing TERM decoded straight
+            // from the input buffer. Anything else (another subtype, a record
+            // that is not whole in the buffer, a bad header) stops it, and the
+            // general path below takes that one record.
+            let buf = self.src.peek_buf()?;
+            let mut used = 0;
+            let mut ended = false;
+            while let Some(rec) = buf.get(used..used + 12) {
+                let len = u32::from_le_bytes([rec[4], rec[5], rec[6], rec[7]]) as usize;
+                if rec[..4] != FRAM
+                    || !(4..=MAX_RECORD_LEN as usize).contains(&len)
+                    || buf.len() - used < 8 + len
+                {
+                    break;
+                }
+                match [rec[8], rec[9], rec[10], rec[11]] {
+                    NTVE if len >= 12 => {
+                        self.key.extend_from_slice(&buf[used + 12..used + 20]);
+                        self.key.push(0);
+                        open_native = Some(self.key.len() - 1);
+                        frames += 1;
+                    }
+                    TERM => ended = true,
+                    _ => break,
+                }
+                used += 8 + len;
+                if ended {
+                    break;
+                }
+            }
+            self.src.consume(used);
+            if ended {
+                break;
+            }
+
             let Some((fstart, code, flen)) = self.header()? else {
                 return Err(FormatError::truncated(
                     self.src.offset(),
@@ -243,6 +274,7 @@ impl<R: Read> Reader<R> {
                 ));
             };
             if code != FRAM {
+                check_code(fstart, &code)?;
                 if known_record(&code).is_some() {
                     return Err(FormatError::invalid(
                         fstart,
@@ -265,7 +297,7 @@ impl<R: Read> Reader<R> {
                 &mut self.spare,
                 FRAM,
                 flen,
-                &mut |c: &mut Cursor| {
+                |c: &mut Cursor| {
                     let sub_at = c.at();
                     let sub = c.code("the frame record type")?;
                     match sub {
@@ -343,6 +375,20 @@ impl<R: Read> Iterator for Reader<R> {
     }
 }
 
+/// An unknown record type is skipped only when its code looks like one: four
+/// printable ASCII characters (the document's FOURCC). Anything else is
+/// reported as corruption where it is, rather than skipped by a garbage length.
+fn check_code(start: u64, code: &[u8; 4]) -> Result<()> {
+    if code.iter().all(|b| b.is_ascii_graphic() || *b == b' ') {
+        return Ok(());
+    }
+    Err(FormatError::invalid(
+        start,
+        "a record type code of four printable ASCII characters",
+        format!("{code:02x?}"),
+    ))
+}
+
 fn check_cap(start: u64, code: &[u8; 4], len: u32, cap: u32) -> Result<()> {
     if len > cap {
         return Err(FormatError::invalid(
@@ -363,7 +409,7 @@ fn with_body<R: Read, T>(
     spare: &mut Vec<u8>,
     code: [u8; 4],
     len: u32,
-    f: &mut dyn FnMut(&mut Cursor) -> Result<T>,
+    f: impl FnOnce(&mut Cursor) -> Result<T>,
 ) -> Result<T> {
     let base = src.offset();
     let len = len as usize;
