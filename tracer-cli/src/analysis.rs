@@ -588,3 +588,66 @@ mod tests {
         assert!(!a.has_heap());
     }
 }
+
+#[cfg(test)]
+mod throughput {
+    use super::*;
+    use format_writers::{Alloc, Free, Stack};
+
+    /// A synthetic stream shaped like a real program: short-lived blocks
+    /// (about 1000 live), 4096 stacks, 4 threads. Generated on the fly, so
+    /// the measure is the analysis, not memory traffic.
+    fn feed(n: u64, mut sink: impl FnMut(Record)) {
+        for id in 0..4096 {
+            sink(Record::Stack(Stack { id, frames: vec![] }));
+        }
+        let mut x: u64 = 12345;
+        let mut live: Vec<u64> = Vec::with_capacity(2048);
+        for i in 0..n / 2 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let addr = 0x1000_0000 + (i << 4);
+            sink(Record::Event(Event::Alloc(Alloc {
+                time_ns: i,
+                thread: (x % 4) as u32,
+                address: addr,
+                size: x % 512,
+                stack: x % 4096,
+            })));
+            live.push(addr);
+            if live.len() > 1000 || x % 3 != 0 {
+                let k = (x as usize / 7) % live.len();
+                let a = live.swap_remove(k);
+                sink(Record::Event(Event::Free(Free {
+                    time_ns: i,
+                    thread: (x % 4) as u32,
+                    address: a,
+                })));
+            }
+        }
+    }
+
+    /// `cargo test --release -p tracer-cli throughput -- --ignored --nocapture`
+    #[test]
+    #[ignore]
+    fn analysis_throughput() {
+        let n = 20_000_000;
+        let start = std::time::Instant::now();
+        let mut count = 0u64;
+        feed(n, |r| {
+            count += 1;
+            std::hint::black_box(r);
+        });
+        let generate = start.elapsed().as_secs_f64();
+        let start = std::time::Instant::now();
+        let mut a = Analysis::new();
+        feed(n, |r| a.add(r));
+        let secs = start.elapsed().as_secs_f64() - generate;
+        eprintln!(
+            "{count} records: generation {generate:.3} s, analysis {secs:.3} s: {:.1} M records/s (live {})",
+            count as f64 / secs / 1e6,
+            a.live_blocks()
+        );
+    }
+}
