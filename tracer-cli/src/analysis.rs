@@ -616,7 +616,7 @@ mod throughput {
                 stack: x % 4096,
             })));
             live.push(addr);
-            if live.len() > 1000 || x % 3 != 0 {
+            if live.len() > 1000 || x & 3 != 0 {
                 let k = (x as usize / 7) % live.len();
                 let a = live.swap_remove(k);
                 sink(Record::Event(Event::Free(Free {

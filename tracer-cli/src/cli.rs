@@ -268,14 +268,4 @@ mod tests {
             other => panic!("{other:?}"),
         }
     }
-
-    #[test]
-    fn usage_errors_exit_1() {
-        assert_eq!(main_with_args(["tracer", "report"]), 1);
-        assert_eq!(main_with_args(["tracer", "frobnicate"]), 1);
-        assert_eq!(
-            main_with_args(["tracer", "convert", "x", "--to", "pdf", "-o", "y"]),
-            1
-        );
-    }
 }

@@ -36,7 +36,10 @@ pub fn syscall_name(number: u16) -> String {
 
 /// `ENOENT (No such file or directory)`.
 pub fn errno_text(errno: i32) -> String {
-    let message = crate::failure::io_text(&std::io::Error::from_raw_os_error(errno));
+    let message = match format_writers::syscalls::errno_message(errno) {
+        Some(m) => m.to_string(),
+        None => crate::failure::io_text(&std::io::Error::from_raw_os_error(errno)),
+    };
     match names::errno(errno) {
         Some(name) => format!("{name} ({message})"),
         None => format!("errno {errno} ({message})"),
@@ -64,7 +67,77 @@ fn push_quoted(out: &mut String, bytes: &[u8], more: bool) {
     }
 }
 
-/// One argument as strace would print it.
+/// What an integer argument means, for the calls whose integers strace
+/// prints symbolically.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Meaning {
+    Plain,
+    Address,
+    DirFd,
+    OpenFlags,
+    Prot,
+    MapFlags,
+    AtFlags,
+    Signal,
+}
+
+fn meaning(syscall: &str, index: usize) -> Meaning {
+    use Meaning::*;
+    match (syscall, index) {
+        ("mmap", 0) | ("munmap", 0) | ("mprotect", 0) | ("brk", 0) | ("madvise", 0) => Address,
+        ("mmap", 2) | ("mprotect", 2) => Prot,
+        ("mmap", 3) => MapFlags,
+        ("open", 1) | ("openat", 2) => OpenFlags,
+        (
+            "openat" | "newfstatat" | "unlinkat" | "mkdirat" | "readlinkat" | "faccessat"
+            | "faccessat2" | "fchmodat" | "fchownat" | "renameat" | "renameat2" | "linkat"
+            | "statx" | "utimensat" | "mknodat" | "symlinkat",
+            0,
+        ) => DirFd,
+        ("newfstatat", 3) | ("unlinkat", 2) | ("statx", 2) | ("fchownat", 4) | ("linkat", 4) => {
+            AtFlags
+        }
+        ("kill", 1)
+        | ("tkill", 1)
+        | ("tgkill", 2)
+        | ("rt_sigaction", 0)
+        | ("rt_sigqueueinfo", 1) => Signal,
+        _ => Plain,
+    }
+}
+
+fn symbolic(m: Meaning, v: i64) -> Option<String> {
+    use format_writers::syscalls as t;
+    Some(match m {
+        Meaning::Plain => return None,
+        Meaning::Address if v == 0 => "NULL".to_string(),
+        Meaning::Address => format!("{v:#x}"),
+        Meaning::DirFd => t::dirfd(v),
+        Meaning::OpenFlags => t::open_flags(v as u64),
+        Meaning::Prot => t::mmap_prot(v as u64),
+        Meaning::MapFlags => t::mmap_flags(v as u64),
+        Meaning::AtFlags => t::at_flags(v as u64),
+        Meaning::Signal => return t::signal_name(v),
+    })
+}
+
+/// Argument `index` of syscall `name`: integers that strace names
+/// symbolically (flags, `AT_FDCWD`, signals, `NULL`) are named, the rest
+/// prints as [`arg_text`] does.
+pub fn arg_text_of(name: &str, index: usize, arg: &SyscallArg) -> String {
+    let value = match arg {
+        SyscallArg::Int(v) => Some(*v),
+        SyscallArg::Flags(v) => Some(*v as i64),
+        SyscallArg::Fd(v) => Some(i64::from(*v)),
+        SyscallArg::Pointer(v) => Some(*v as i64),
+        _ => None,
+    };
+    value
+        .and_then(|v| symbolic(meaning(name, index), v))
+        .unwrap_or_else(|| arg_text(arg))
+}
+
+/// One argument as strace would print it, knowing nothing of the call.
 pub fn arg_text(arg: &SyscallArg) -> String {
     let mut s = String::new();
     match arg {
@@ -113,13 +186,14 @@ pub fn line(call: &Syscall) -> String {
     if let Some(tid) = call.thread {
         s.push_str(&format!("[{tid}] "));
     }
-    s.push_str(&syscall_name(call.number));
+    let name = syscall_name(call.number);
+    s.push_str(&name);
     s.push('(');
     for (i, a) in call.args.iter().enumerate() {
         if i > 0 {
             s.push_str(", ");
         }
-        s.push_str(&arg_text(a));
+        s.push_str(&arg_text_of(&name, i, a));
     }
     s.push_str(") ");
     s.push_str(&result_text(call));
@@ -220,14 +294,13 @@ pub fn summary(out: &mut dyn Write, rows: &[SummaryRow]) -> std::io::Result<()> 
     )
 }
 
-/// Syscall and errno names. Placeholder tables until the shared ones land in
-/// `format_writers`.
+/// Syscall and errno names: the shared x86-64 tables of `format_writers`.
 mod names {
-    pub fn syscall(_number: u16) -> Option<&'static str> {
-        None
+    pub fn syscall(number: u16) -> Option<&'static str> {
+        format_writers::syscalls::name(number)
     }
-    pub fn errno(_errno: i32) -> Option<&'static str> {
-        None
+    pub fn errno(errno: i32) -> Option<&'static str> {
+        format_writers::syscalls::errno_name(errno)
     }
 }
 
@@ -267,6 +340,41 @@ mod tests {
     }
 
     #[test]
+    fn known_calls_get_symbolic_arguments() {
+        let mmap: Vec<SyscallArg> = [0, 258, 1, 2, 4, 0].map(SyscallArg::Int).to_vec();
+        let call = Syscall {
+            number: 9,
+            result: 0x7fd0_bf50_2000,
+            args: mmap,
+            ..Syscall::default()
+        };
+        assert_eq!(
+            line(&call),
+            "mmap(NULL, 258, PROT_READ, MAP_PRIVATE, 4, 0) = 0x7fd0bf502000"
+        );
+        let open = Syscall {
+            number: 257,
+            result: 3,
+            args: vec![
+                SyscallArg::Int(-100),
+                SyscallArg::Path(b"/etc".to_vec()),
+                SyscallArg::Int(0o2000000),
+            ],
+            ..Syscall::default()
+        };
+        assert_eq!(
+            line(&open),
+            "openat(AT_FDCWD, \"/etc\", O_RDONLY|O_CLOEXEC) = 3"
+        );
+        let kill = Syscall {
+            number: 62,
+            args: vec![SyscallArg::Int(5), SyscallArg::Int(9)],
+            ..Syscall::default()
+        };
+        assert_eq!(line(&kill), "kill(5, SIGKILL) = 0");
+    }
+
+    #[test]
     fn failed_call_line() {
         let call = Syscall {
             number: 257,
@@ -278,14 +386,10 @@ mod tests {
             duration_ns: Some(12_345),
             args: vec![SyscallArg::Fd(-100), SyscallArg::Path(b"/x".to_vec())],
         };
-        let l = line(&call);
-        assert!(l.starts_with("00:00:01.000002 [42] "), "{l}");
-        assert!(
-            l.ends_with("(AT_FDCWD, \"/x\") = -1 ENOENT (No such file or directory) <0.000012>")
-                || l.ends_with(
-                    "(AT_FDCWD, \"/x\") = -1 errno 2 (No such file or directory) <0.000012>"
-                ),
-            "{l}"
+        assert_eq!(
+            line(&call),
+            "00:00:01.000002 [42] openat(AT_FDCWD, \"/x\") = -1 ENOENT (No such file or directory) \
+             <0.000012>"
         );
         let ok = Syscall {
             result: 0x7f00_0000_0000,

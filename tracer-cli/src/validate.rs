@@ -26,6 +26,17 @@ pub fn execute(path: &Path, out: &mut dyn Write) -> Result<i32, Failure> {
     while let Some(r) = trace.next_record()? {
         a.add(r);
     }
+    model_checks(path, &a)?;
+    writeln!(out, "{}", summary(path, trace.format.name(), &a))?;
+    out.flush()?;
+    for note in notes(&a) {
+        eprintln!("tracer: {}: note: {note}", path.display());
+    }
+    Ok(0)
+}
+
+/// The rules of the model that span records.
+pub fn model_checks(path: &Path, a: &Analysis) -> Result<(), Failure> {
     if let Some((record, stack)) = a.first_undefined_stack {
         return Err(Failure::Model {
             path: path.to_path_buf(),
@@ -37,12 +48,7 @@ pub fn execute(path: &Path, out: &mut dyn Write) -> Result<i32, Failure> {
             ),
         });
     }
-    writeln!(out, "{}", summary(path, trace.format.name(), &a))?;
-    out.flush()?;
-    for note in notes(&a) {
-        eprintln!("tracer: {}: note: {note}", path.display());
-    }
-    Ok(0)
+    Ok(())
 }
 
 /// The one-line summary.
@@ -83,4 +89,54 @@ pub fn notes(a: &Analysis) -> Vec<String> {
         v.push(format!("{} frees of address 0", h.frees_null));
     }
     v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use format_writers::{Alloc, Event, Free, Record, Stack};
+
+    fn alloc(stack: u64, address: u64) -> Record {
+        Record::Event(Event::Alloc(Alloc {
+            time_ns: 1,
+            thread: 1,
+            address,
+            size: 8,
+            stack,
+        }))
+    }
+
+    #[test]
+    fn an_allocation_naming_an_undefined_stack_is_an_error() {
+        let mut a = Analysis::new();
+        a.add(Record::Stack(Stack {
+            id: 0,
+            frames: vec![],
+        }));
+        a.add(alloc(0, 0x10));
+        a.add(alloc(9, 0x20));
+        a.add(alloc(9, 0x30));
+        let e = model_checks(Path::new("t.mlyze"), &a).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "tracer: t.mlyze: record 3: expected a stack record defining id 9 before the first \
+             event naming it, found an allocation naming it (2 allocations name undefined stacks)"
+        );
+    }
+
+    #[test]
+    fn a_free_of_an_unknown_address_is_a_note() {
+        let mut a = Analysis::new();
+        a.add(Record::Event(Event::Free(Free {
+            time_ns: 1,
+            thread: 1,
+            address: 0x99,
+        })));
+        assert!(model_checks(Path::new("t"), &a).is_ok());
+        let notes = notes(&a);
+        assert_eq!(notes.len(), 1);
+        assert!(notes[0].starts_with("1 frees of addresses not allocated in the trace"));
+        assert!(summary(Path::new("t"), "mlyze", &a)
+            .starts_with("t: valid mlyze trace: 1 records, 0 allocations, 1 frees,"));
+    }
 }
