@@ -178,6 +178,27 @@ fn seeds() -> Vec<Vec<u8>> {
             address: 0x401000,
             symbol: sym("outer"),
         },
+        Record::Event(Event::Syscall(Syscall {
+            number: 257,
+            result: 3,
+            errno: None,
+            thread: Some(4243),
+            time_ns: Some(1_700_000_000_000_000_950),
+            duration_ns: Some(1200),
+            args: vec![
+                SyscallArg::Fd(-100),
+                SyscallArg::Path(b"/etc/hosts".to_vec()),
+                SyscallArg::Flags(0x80000),
+                SyscallArg::Buffer {
+                    len: 100,
+                    data: b"abc".to_vec(),
+                },
+                SyscallArg::Unknown {
+                    tag: 9,
+                    raw: vec![1],
+                },
+            ],
+        })),
         Record::Event(Event::Free(Free {
             time_ns: 1_700_000_000_000_001_000,
             thread: 4243,

@@ -372,15 +372,73 @@ fn extension_records() {
 }
 
 #[test]
-fn syscalls_are_not_written() {
-    let bytes = written(&[
+fn sysc_extension_record() {
+    let full = Syscall {
+        number: 257,
+        result: -1,
+        errno: Some(2),
+        thread: Some(42),
+        time_ns: Some(5_000_000_007),
+        duration_ns: Some(1500),
+        args: vec![
+            SyscallArg::Fd(-100),
+            SyscallArg::Path(b"/etc/x".to_vec()),
+            SyscallArg::Flags(0x80000),
+        ],
+    };
+    let bare = Syscall {
+        number: 0,
+        result: 5,
+        errno: None,
+        thread: None,
+        time_ns: None,
+        duration_ns: None,
+        args: vec![
+            SyscallArg::Int(i64::MIN),
+            SyscallArg::Buffer {
+                len: 10,
+                data: b"ab".to_vec(),
+            },
+            SyscallArg::Pointer(0x7ffc_0000),
+            SyscallArg::Unknown {
+                tag: 9,
+                raw: vec![1, 2],
+            },
+        ],
+    };
+    let records = vec![
         Record::Process(Process::default()),
-        Record::Event(Event::Syscall(Syscall {
-            number: 1,
-            ..Default::default()
-        })),
-    ]);
-    assert_eq!(bytes, PLACEHOLDER_PROC);
+        Record::Event(Event::Syscall(full)),
+        Record::Event(Event::Syscall(bare)),
+    ];
+    let bytes = written(&records);
+    let expected: &[u8] = &[
+        b'S', b'Y', b'S', b'C', // extension record SYSC
+        77, 0, 0, 0, // 4 + 8 + 4 + 4 + 12 + 8 + 4 + (1+4+4) + (1+4+6) + (1+4+8)
+        0x01, 0x01, // number 257 (u16)
+        0x0f, 0, // presence: errno | thread | time | duration; reserved 0
+        0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, // result -1 (i64)
+        2, 0, 0, 0, // errno 2
+        42, 0, 0, 0, // thread 42
+        5, 0, 0, 0, 0, 0, 0, 0, 7, 0, 0, 0, // Timestamp 5 s 7 ns
+        0xdc, 0x05, 0, 0, 0, 0, 0, 0, // duration 1500 ns
+        3, 0, 0, 0, // 3 arguments
+        3, 4, 0, 0, 0, 0x9c, 0xff, 0xff, 0xff, // kind 3 fd, 4 bytes, -100
+        4, 6, 0, 0, 0, b'/', b'e', b't', b'c', b'/', b'x', // kind 4 path, 6 bytes
+        2, 8, 0, 0, 0, 0, 0, 0x08, 0, 0, 0, 0, 0, // kind 2 flags, 0x80000
+        b'S', b'Y', b'S', b'C', //
+        66, 0, 0, 0, // 4 + 8 + 4 + (1+4+8) + (1+4+10) + (1+4+8) + (1+4+4)
+        0, 0, 0, 0, // number 0, no optional field, reserved
+        5, 0, 0, 0, 0, 0, 0, 0, // result 5
+        4, 0, 0, 0, // 4 arguments
+        1, 8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x80, // kind 1 int, i64::MIN
+        5, 10, 0, 0, 0, 10, 0, 0, 0, 0, 0, 0, 0, b'a',
+        b'b', // kind 5 buffer: length 10, data "ab"
+        6, 8, 0, 0, 0, 0, 0, 0xfc, 0x7f, 0, 0, 0, 0, // kind 6 pointer 0x7ffc0000
+        7, 4, 0, 0, 0, 9, 0, 1, 2, // kind 7 unknown: tag 9, raw 01 02
+    ];
+    assert_eq!(&bytes[32..], expected);
+    assert_eq!(read_all(&bytes), records);
 }
 
 #[test]
@@ -757,4 +815,27 @@ fn records_straddling_the_input_buffer_decode_the_same() {
     let trickled: Vec<Record> = Reader::new(Trickle(&file)).map(|r| r.unwrap()).collect();
     assert_eq!(direct.len(), 7); // PROC, Stack+Alloc, OBJE, Stack+Alloc, Free
     assert_eq!(direct, trickled);
+}
+
+#[test]
+fn sysc_unknown_argument_kind_and_presence_bit_are_rejected() {
+    let mut bytes = PLACEHOLDER_PROC.to_vec();
+    bytes.extend_from_slice(&[b'S', b'Y', b'S', b'C', 22, 0, 0, 0]); // at 32, body at 40
+    bytes.extend_from_slice(&[0, 0, 0, 0]); // number 0, no optional field
+    bytes.extend_from_slice(&[0; 8]); // result 0
+    bytes.extend_from_slice(&[1, 0, 0, 0]); // 1 argument
+    bytes.extend_from_slice(&[8, 1, 0, 0, 0, 0]); // kind 8 (unknown) at 56
+    assert!(matches!(
+        read_err(&bytes).1,
+        FormatError::Invalid { offset: 56, .. }
+    ));
+
+    let mut bytes = PLACEHOLDER_PROC.to_vec();
+    bytes.extend_from_slice(&[b'S', b'Y', b'S', b'C', 16, 0, 0, 0]);
+    bytes.extend_from_slice(&[0, 0, 0x10, 0]); // presence bit 0x10 is not defined (at 42)
+    bytes.extend_from_slice(&[0; 12]);
+    assert!(matches!(
+        read_err(&bytes).1,
+        FormatError::Invalid { offset: 42, .. }
+    ));
 }

@@ -21,7 +21,8 @@
 //! * trailing fields inside the length of a documented record (block size and
 //!   thread of `ALOC`, time and thread of `DALC`, load address and size of
 //!   `OBJE`, start time and command line of `PROC`);
-//! * record types the document lacks (`THRD`, `MARK`, `GCOL`, `ASYM`, `INFO`) and
+//! * record types the document lacks (`THRD`, `MARK`, `GCOL`, `ASYM`, `INFO`,
+//!   `SYSC`) and
 //!   one frame subtype (`NSYM`: the symbol of the `NTVE` frame just before it).
 //!
 //! The document has no stack references: each `ALOC` repeats its frames. The
@@ -51,6 +52,27 @@ pub const MARK: [u8; 4] = *b"MARK";
 pub const GCOL: [u8; 4] = *b"GCOL";
 pub const ASYM: [u8; 4] = *b"ASYM";
 pub const INFO: [u8; 4] = *b"INFO";
+pub const SYSC: [u8; 4] = *b"SYSC";
+
+/// Argument kinds inside a `SYSC` record (one byte each, then a `u32` payload
+/// length, then the payload).
+pub mod arg_kind {
+    pub const INT: u8 = 1;
+    pub const FLAGS: u8 = 2;
+    pub const FD: u8 = 3;
+    pub const PATH: u8 = 4;
+    pub const BUFFER: u8 = 5;
+    pub const POINTER: u8 = 6;
+    pub const UNKNOWN: u8 = 7;
+}
+
+/// Presence bits of the optional `SYSC` fields, in field order.
+pub mod sysc_flag {
+    pub const ERRNO: u8 = 1;
+    pub const THREAD: u8 = 2;
+    pub const TIME: u8 = 4;
+    pub const DURATION: u8 = 8;
+}
 
 /// Frame subtypes of the document.
 pub const NTVE: [u8; 4] = *b"NTVE";
@@ -60,7 +82,7 @@ pub const TERM: [u8; 4] = *b"TERM";
 pub const NSYM: [u8; 4] = *b"NSYM";
 
 /// Largest length accepted for a known record that carries strings (`PROC`,
-/// `OBJE`, `FRAM`, `THRD`, `MARK`, `ASYM`, `INFO`). The writer refuses to
+/// `OBJE`, `FRAM`, `THRD`, `MARK`, `ASYM`, `INFO`, `SYSC`). The writer refuses to
 /// produce more, the reader refuses to buffer more: a corrupt length cannot make
 /// the reader hold more than this in memory.
 pub const MAX_RECORD_LEN: u32 = 16 << 20;
@@ -77,7 +99,7 @@ const NS_PER_SEC: u64 = 1_000_000_000;
 fn known_record(code: &[u8; 4]) -> Option<u32> {
     match code {
         &ALOC | &DALC | &GCOL => Some(MAX_FIXED_RECORD_LEN),
-        &PROC | &OBJE | &FRAM | &THRD | &MARK | &ASYM | &INFO => Some(MAX_RECORD_LEN),
+        &PROC | &OBJE | &FRAM | &THRD | &MARK | &ASYM | &INFO | &SYSC => Some(MAX_RECORD_LEN),
         _ => None,
     }
 }

@@ -19,7 +19,8 @@ use super::*;
 use crate::bytes::ByteSource;
 use crate::error::{FormatError, Result};
 use crate::model::{
-    Alloc, Event, Frame, Free, Gc, Marker, Object, Process, Record, Stack, StackId, Symbol, Thread,
+    Alloc, Event, Frame, Free, Gc, Marker, Object, Process, Record, Stack, StackId, Symbol,
+    Syscall, SyscallArg, Thread,
 };
 
 /// Streaming dumpalloc reader: an iterator of model records.
@@ -122,8 +123,9 @@ impl<R: Read> Reader<R> {
                     let start_time_ns = c.opt_time("the start time (extension)")?.unwrap_or(0);
                     let mut command_line = Vec::new();
                     if let Some(argc) = c.opt_u32("the argument count (extension)")? {
-                        // Every argument takes at least its 4-byte length.
-                        command_line.reserve((argc as usize).min(c.left() / 4));
+                        // The count is untrusted: reserve a little, grow as
+                        // arguments really arrive.
+                        command_line.reserve((argc as usize).min(64));
                         for _ in 0..argc {
                             command_line.push(c.string("a command-line argument")?);
                         }
@@ -189,8 +191,9 @@ impl<R: Read> Reader<R> {
                 })?,
                 INFO => body!(|c: &mut Cursor| {
                     let n = c.u32("the number of key/value pairs")?;
-                    // Every pair takes at least its two 4-byte lengths.
-                    let mut pairs = Vec::with_capacity((n as usize).min(c.left() / 8));
+                    // The count is untrusted: reserve a little, grow as
+                    // pairs really arrive.
+                    let mut pairs = Vec::with_capacity((n as usize).min(64));
                     for _ in 0..n {
                         let k = c.string("an information key")?;
                         let v = c.string("an information value")?;
@@ -198,6 +201,9 @@ impl<R: Read> Reader<R> {
                     }
                     Ok(Record::Info(pairs))
                 })?,
+                SYSC => {
+                    body!(|c: &mut Cursor| c.syscall().map(|s| Record::Event(Event::Syscall(s))))?
+                }
                 _ => unreachable!("known_record lists exactly the codes matched above"),
             };
             return Ok(Some(record));
@@ -577,6 +583,97 @@ impl<'a> Cursor<'a> {
     /// A string; bytes that are not UTF-8 become U+FFFD.
     fn string(&mut self, what: &str) -> Result<String> {
         Ok(String::from_utf8_lossy(self.str_bytes(what)?).into_owned())
+    }
+
+    /// The body of a `SYSC` record (see the writer for the layout).
+    fn syscall(&mut self) -> Result<Syscall> {
+        let number = u16::from_le_bytes(self.array("the syscall number")?);
+        let flags_at = self.at();
+        let [flags, _] = self.array::<2>("the syscall presence flags")?;
+        if flags & !0x0f != 0 {
+            return Err(FormatError::invalid(
+                flags_at,
+                "syscall presence flags among 0x0f",
+                format!("{flags:#04x}"),
+            ));
+        }
+        let result = i64::from_le_bytes(self.array("the syscall result")?);
+        let errno = if flags & sysc_flag::ERRNO != 0 {
+            Some(i32::from_le_bytes(self.array("the errno")?))
+        } else {
+            None
+        };
+        let thread = if flags & sysc_flag::THREAD != 0 {
+            Some(self.u32("the thread id")?)
+        } else {
+            None
+        };
+        let time_ns = if flags & sysc_flag::TIME != 0 {
+            Some(self.time("the syscall time")?)
+        } else {
+            None
+        };
+        let duration_ns = if flags & sysc_flag::DURATION != 0 {
+            Some(self.u64("the syscall duration")?)
+        } else {
+            None
+        };
+        let n = self.u32("the argument count")?;
+        // The count is untrusted: reserve a little, grow as arguments arrive.
+        let mut args = Vec::with_capacity((n as usize).min(16));
+        for _ in 0..n {
+            let kind_at = self.at();
+            let [kind] = self.array::<1>("an argument kind")?;
+            let len = self.u32("an argument length")? as usize;
+            let payload_at = self.at();
+            let mut p = Cursor {
+                data: self.take(len, "an argument payload")?,
+                pos: 0,
+                base: payload_at,
+                code: self.code,
+            };
+            args.push(match kind {
+                arg_kind::INT => {
+                    SyscallArg::Int(i64::from_le_bytes(p.array("an integer argument")?))
+                }
+                arg_kind::FLAGS => SyscallArg::Flags(p.u64("a flags argument")?),
+                arg_kind::FD => {
+                    SyscallArg::Fd(i32::from_le_bytes(p.array("a descriptor argument")?))
+                }
+                arg_kind::PATH => SyscallArg::Path(p.data.to_vec()),
+                arg_kind::BUFFER => {
+                    let len = p.u64("a buffer length")?;
+                    SyscallArg::Buffer {
+                        len,
+                        data: p.data[p.pos..].to_vec(),
+                    }
+                }
+                arg_kind::POINTER => SyscallArg::Pointer(p.u64("a pointer argument")?),
+                arg_kind::UNKNOWN => {
+                    let tag = u16::from_le_bytes(p.array("an unknown argument's tag")?);
+                    SyscallArg::Unknown {
+                        tag,
+                        raw: p.data[p.pos..].to_vec(),
+                    }
+                }
+                other => {
+                    return Err(FormatError::invalid(
+                        kind_at,
+                        "an argument kind from 1 to 7",
+                        other.to_string(),
+                    ))
+                }
+            });
+        }
+        Ok(Syscall {
+            number,
+            result,
+            errno,
+            thread,
+            time_ns,
+            duration_ns,
+            args,
+        })
     }
 
     /// A `PCAL`-style symbol: function, source file, line.

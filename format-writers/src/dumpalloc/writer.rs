@@ -10,7 +10,7 @@
 use std::io::{self, Write};
 
 use super::*;
-use crate::model::{Event, Frame, Process, Record, StackId};
+use crate::model::{Event, Frame, Process, Record, StackId, Syscall, SyscallArg};
 use crate::TraceWriter;
 
 const FLUSH_AT: usize = 64 << 10;
@@ -19,8 +19,7 @@ const FLUSH_AT: usize = 64 << 10;
 ///
 /// The first record written is always a `PROC` (the format's magic bytes): if
 /// the first record given is not a [`Record::Process`], a placeholder `PROC`
-/// with pid 0 and an empty name is written first. `Record::Event(Syscall)` is
-/// not written (dumpalloc records allocations; syscalls go to the TLV format).
+/// with pid 0 and an empty name is written first.
 pub struct Writer<W: Write> {
     out: Option<W>,
     buf: Vec<u8>,
@@ -117,7 +116,7 @@ impl<W: Write> Writer<W> {
                 put_str(buf, &m.name);
                 end(buf, at, MAX_RECORD_LEN)?;
             }
-            Record::Event(Event::Syscall(_)) => {}
+            Record::Event(Event::Syscall(s)) => encode_syscall(buf, s)?,
             Record::Info(pairs) => {
                 let at = begin(buf, INFO);
                 put_u32(buf, u32::try_from(pairs.len()).unwrap_or(u32::MAX));
@@ -196,6 +195,75 @@ fn encode_process(buf: &mut Vec<u8>, p: &Process) -> io::Result<()> {
     put_u32(buf, u32::try_from(p.command_line.len()).unwrap_or(u32::MAX));
     for arg in &p.command_line {
         put_str(buf, arg);
+        if buf.len() - at > MAX_RECORD_LEN as usize + 8 {
+            break; // `end` refuses it; stop copying.
+        }
+    }
+    end(buf, at, MAX_RECORD_LEN)
+}
+
+/// `SYSC`: number `u16`, presence flags `u8`, 0 `u8`, result `i64`, then the
+/// optional errno `i32`, thread `u32`, timestamp, duration `u64` (ns) that the
+/// flags announce, then an argument count `u32` and per argument a kind byte, a
+/// `u32` payload length and the payload.
+fn encode_syscall(buf: &mut Vec<u8>, s: &Syscall) -> io::Result<()> {
+    let at = begin(buf, SYSC);
+    let flags = [
+        (s.errno.is_some(), sysc_flag::ERRNO),
+        (s.thread.is_some(), sysc_flag::THREAD),
+        (s.time_ns.is_some(), sysc_flag::TIME),
+        (s.duration_ns.is_some(), sysc_flag::DURATION),
+    ]
+    .iter()
+    .filter(|(on, _)| *on)
+    .fold(0u8, |acc, (_, bit)| acc | bit);
+    buf.extend_from_slice(&s.number.to_le_bytes());
+    buf.extend_from_slice(&[flags, 0]);
+    buf.extend_from_slice(&s.result.to_le_bytes());
+    if let Some(e) = s.errno {
+        buf.extend_from_slice(&e.to_le_bytes());
+    }
+    if let Some(t) = s.thread {
+        put_u32(buf, t);
+    }
+    if let Some(t) = s.time_ns {
+        put_time(buf, t);
+    }
+    if let Some(d) = s.duration_ns {
+        put_u64(buf, d);
+    }
+    put_u32(buf, u32::try_from(s.args.len()).unwrap_or(u32::MAX));
+    for arg in &s.args {
+        let (kind, fixed, bytes): (u8, [u8; 8], &[u8]) = match arg {
+            SyscallArg::Int(v) => (arg_kind::INT, v.to_le_bytes(), &[]),
+            SyscallArg::Flags(v) => (arg_kind::FLAGS, v.to_le_bytes(), &[]),
+            SyscallArg::Fd(v) => {
+                let mut b = [0u8; 8];
+                b[..4].copy_from_slice(&v.to_le_bytes());
+                (arg_kind::FD, b, &[])
+            }
+            SyscallArg::Path(p) => (arg_kind::PATH, [0; 8], p),
+            SyscallArg::Buffer { len, data } => (arg_kind::BUFFER, len.to_le_bytes(), data),
+            SyscallArg::Pointer(v) => (arg_kind::POINTER, v.to_le_bytes(), &[]),
+            SyscallArg::Unknown { tag, raw } => {
+                let mut b = [0u8; 8];
+                b[..2].copy_from_slice(&tag.to_le_bytes());
+                (arg_kind::UNKNOWN, b, raw)
+            }
+        };
+        let fixed_len = match kind {
+            arg_kind::PATH => 0,
+            arg_kind::FD => 4,
+            arg_kind::UNKNOWN => 2,
+            _ => 8,
+        };
+        buf.push(kind);
+        put_u32(
+            buf,
+            u32::try_from(fixed_len + bytes.len()).unwrap_or(u32::MAX),
+        );
+        buf.extend_from_slice(&fixed[..fixed_len]);
+        buf.extend_from_slice(bytes);
         if buf.len() - at > MAX_RECORD_LEN as usize + 8 {
             break; // `end` refuses it; stop copying.
         }
