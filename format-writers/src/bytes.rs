@@ -223,7 +223,10 @@ mod tests {
         let mut out = Vec::new();
         put_varint(&mut out, u64::MAX);
         assert_eq!(out.len(), 10);
-        assert_eq!(ByteSource::new(&out[..]).read_varint("v").unwrap(), u64::MAX);
+        assert_eq!(
+            ByteSource::new(&out[..]).read_varint("v").unwrap(),
+            u64::MAX
+        );
         let overlong = [0xffu8; 11];
         assert!(ByteSource::new(&overlong[..]).read_varint("v").is_err());
         let too_big = [0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02];

@@ -184,7 +184,10 @@ pub enum Record {
     /// Resolution of one code address, valid for every frame with that address.
     /// It may arrive after the stacks that use the address: a tracer resolves
     /// symbols on its writer thread or at exit, never on the hot path.
-    AddressSymbol { address: u64, symbol: Symbol },
+    AddressSymbol {
+        address: u64,
+        symbol: Symbol,
+    },
 }
 
 impl From<Event> for Record {

@@ -20,7 +20,10 @@ const MAX_SUFFIX: u32 = 10_000;
 pub fn create_exclusive(path: &Path, ext: &str) -> io::Result<(File, PathBuf)> {
     let text = path.to_string_lossy();
     let dotted = format!(".{ext}");
-    let stem = text.strip_suffix(dotted.as_str()).unwrap_or(&text).to_string();
+    let stem = text
+        .strip_suffix(dotted.as_str())
+        .unwrap_or(&text)
+        .to_string();
     let mut candidate = PathBuf::from(format!("{stem}{dotted}"));
     for n in 0..=MAX_SUFFIX {
         if n > 0 {
