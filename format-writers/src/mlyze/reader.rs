@@ -1,0 +1,614 @@
+//! The mlyze reader: header and metadata up front, then events streamed.
+//!
+//! The metadata is held in memory (it is what the events refer to); events are
+//! decoded straight out of the input buffer, one per `next`, without allocating.
+//! Records come out in model order: the process, info, objects, threads, the
+//! stacks of the metadata, late symbol resolutions, then the events.
+
+use std::collections::{HashMap, HashSet};
+use std::io::Read;
+
+use serde::Deserialize;
+
+use super::{decode_event, Bad, RawEvent, ALLOC, EXPECTED_TYPE, FREE, GC, HEADER_LEN, MAGIC};
+use super::{MARKER, MAX_EVENT, SLOTS, VERSION};
+use crate::bytes::ByteSource;
+use crate::error::{FormatError, Result};
+use crate::model::*;
+
+#[derive(Deserialize)]
+struct Meta {
+    #[serde(default)]
+    stack_traces: HashMap<String, Vec<DocFrame>>,
+    #[serde(default)]
+    files: HashMap<String, String>,
+    #[serde(default)]
+    functions: HashMap<String, String>,
+    #[serde(default)]
+    libtracer: Option<Ext>,
+}
+
+#[derive(Deserialize)]
+struct DocFrame {
+    file_id: u64,
+    line: u32,
+    func_id: u64,
+}
+
+#[derive(Deserialize)]
+struct Ext {
+    version: u32,
+    #[serde(default)]
+    unresolved_function: Option<u64>,
+    #[serde(default)]
+    stack_addresses: HashMap<String, Vec<u64>>,
+    #[serde(default)]
+    process: Option<ProcessJson>,
+    #[serde(default)]
+    objects: Vec<ObjectJson>,
+    #[serde(default)]
+    threads: Vec<ThreadJson>,
+    #[serde(default)]
+    thread_slots: Vec<(u64, u16, u32)>,
+    #[serde(default)]
+    address_symbols: Vec<(u64, u64, u64, u32)>,
+    #[serde(default)]
+    info: Vec<(String, String)>,
+    #[serde(default)]
+    marker_threads: Vec<u32>,
+    #[serde(default)]
+    #[allow(dead_code)]
+    dropped_syscalls: u64,
+}
+
+#[derive(Deserialize)]
+struct ProcessJson {
+    pid: u32,
+    executable: String,
+    argv: Vec<String>,
+    start_time_ns: u64,
+}
+
+#[derive(Deserialize)]
+struct ObjectJson {
+    path: String,
+    load_address: u64,
+    size: u64,
+}
+
+#[derive(Deserialize)]
+struct ThreadJson {
+    tid: u32,
+    name: String,
+}
+
+enum State {
+    Header,
+    Records,
+    Events,
+    Done,
+}
+
+/// Which stack ids have been announced (by the metadata or by an empty stack
+/// the reader made up for an id the metadata lacks).
+struct KnownStacks {
+    dense: Vec<u64>,
+    sparse: HashSet<u64>,
+}
+
+impl KnownStacks {
+    fn new(ids: &[u64]) -> Self {
+        // The bit set covers ids up to a bound proportional to the number of
+        // stacks (itself bounded by the file size); others go to the hash set.
+        let cap = ids.len() as u64 * 4 + 4096;
+        let mut k = KnownStacks {
+            dense: vec![0; (cap / 64) as usize],
+            sparse: HashSet::new(),
+        };
+        for &id in ids {
+            k.insert(id);
+        }
+        k
+    }
+
+    #[inline]
+    fn contains(&self, id: u64) -> bool {
+        match self.dense.get((id / 64) as usize) {
+            Some(w) => w & (1 << (id % 64)) != 0,
+            None => self.sparse.contains(&id),
+        }
+    }
+
+    fn insert(&mut self, id: u64) {
+        match self.dense.get_mut((id / 64) as usize) {
+            Some(w) => *w |= 1 << (id % 64),
+            None => {
+                self.sparse.insert(id);
+            }
+        }
+    }
+}
+
+/// What the events need from the metadata.
+struct EventCtx {
+    now_us: u64,
+    seq: u64,
+    /// Tid of every slot; `None` when the file has no slot map (the raw slot is the tid).
+    slot_tids: Option<Vec<u32>>,
+    slot_changes: Vec<(u64, u16, u32)>,
+    next_change: usize,
+    next_change_seq: u64,
+    marker_threads: Vec<u32>,
+    markers: usize,
+    functions: HashMap<u64, String>,
+    known: KnownStacks,
+}
+
+impl EventCtx {
+    #[cold]
+    fn apply_slot_changes(&mut self) {
+        let tids = self
+            .slot_tids
+            .get_or_insert_with(|| (0..SLOTS as u32).collect());
+        while let Some(&(seq, slot, tid)) = self.slot_changes.get(self.next_change) {
+            if seq > self.seq {
+                break;
+            }
+            tids[slot as usize] = tid;
+            self.next_change += 1;
+        }
+        self.next_change_seq = self
+            .slot_changes
+            .get(self.next_change)
+            .map_or(u64::MAX, |c| c.0);
+    }
+
+    /// Maps a wire event to a model event; returns a made-up empty stack first
+    /// when an ALLOC names a stack id the metadata does not have.
+    #[inline]
+    fn decode(&mut self, ev: RawEvent) -> (Option<Record>, Event) {
+        if self.seq >= self.next_change_seq {
+            self.apply_slot_changes();
+        }
+        self.seq += 1;
+        self.now_us = self.now_us.saturating_add(ev.delta);
+        let time_ns = self.now_us.saturating_mul(1000);
+        match ev.ty {
+            ALLOC => {
+                let thread = match &self.slot_tids {
+                    Some(t) => t[ev.slot as usize],
+                    None => u32::from(ev.slot),
+                };
+                let extra = if self.known.contains(ev.b) {
+                    None
+                } else {
+                    self.known.insert(ev.b);
+                    Some(Record::Stack(Stack {
+                        id: ev.b,
+                        frames: Vec::new(),
+                    }))
+                };
+                let alloc = Alloc {
+                    time_ns,
+                    thread,
+                    address: ev.addr,
+                    size: ev.a,
+                    stack: ev.b,
+                };
+                (extra, Event::Alloc(alloc))
+            }
+            FREE => (
+                None,
+                Event::Free(Free {
+                    time_ns,
+                    thread: 0,
+                    address: ev.addr,
+                }),
+            ),
+            GC => (
+                None,
+                Event::Gc(Gc {
+                    time_ns,
+                    objects: ev.a,
+                    bytes: ev.b,
+                }),
+            ),
+            _ => {
+                let thread = self.marker_threads.get(self.markers).copied().unwrap_or(0);
+                self.markers += 1;
+                let name = match self.functions.get(&ev.a) {
+                    Some(n) => n.clone(),
+                    None => format!("#{}", ev.a),
+                };
+                (
+                    None,
+                    Event::Marker(Marker {
+                        time_ns,
+                        thread,
+                        name,
+                    }),
+                )
+            }
+        }
+    }
+}
+
+/// Streaming mlyze reader.
+pub struct Reader<R> {
+    src: ByteSource<R>,
+    state: State,
+    records: std::vec::IntoIter<Record>,
+    /// An event held back while a made-up stack goes first.
+    held: Option<Record>,
+    ctx: Option<EventCtx>,
+}
+
+impl<R: Read> Reader<R> {
+    pub fn new(inner: R) -> Self {
+        Reader {
+            src: ByteSource::new(inner),
+            state: State::Header,
+            records: Vec::new().into_iter(),
+            held: None,
+            ctx: None,
+        }
+    }
+
+    fn read_head(&mut self) -> Result<()> {
+        let mut h = [0u8; HEADER_LEN];
+        self.src.read_exact(&mut h, "the 256-byte mlyze header")?;
+        if &h[0..4] != MAGIC {
+            return Err(FormatError::invalid(
+                0,
+                "the mlyze magic \"MTRC\"",
+                format!("{:02x?}", &h[0..4]),
+            ));
+        }
+        let version = u32::from_le_bytes(h[4..8].try_into().expect("4 bytes"));
+        if version != VERSION {
+            return Err(FormatError::invalid(
+                4,
+                format!("mlyze version {VERSION}"),
+                format!("version {version}"),
+            ));
+        }
+        let start_us = u64::from_le_bytes(h[8..16].try_into().expect("8 bytes"));
+        let meta_len = u32::from_le_bytes(h[16..20].try_into().expect("4 bytes"));
+        let json = self.src.read_vec(meta_len.into(), "the JSON metadata")?;
+        let meta: Meta = serde_json::from_slice(&json).map_err(|e| json_error(&json, &e))?;
+        drop(json);
+        self.build(meta, start_us)
+    }
+
+    fn build(&mut self, meta: Meta, start_us: u64) -> Result<()> {
+        let at = HEADER_LEN as u64;
+        let bad = |what: String, found: String| FormatError::invalid(at, what, found);
+        let files = id_map(meta.files, "files")?;
+        let functions = id_map(meta.functions, "functions")?;
+        let mut records = Vec::new();
+
+        let mut ext = meta.libtracer;
+        if let Some(e) = &ext {
+            if e.version != 1 {
+                return Err(bad(
+                    "libtracer metadata version 1".into(),
+                    e.version.to_string(),
+                ));
+            }
+        }
+        match ext.as_mut().map(|e| e.process.take()) {
+            Some(Some(p)) => records.push(Record::Process(Process {
+                pid: p.pid,
+                executable: p.executable,
+                command_line: p.argv,
+                start_time_ns: p.start_time_ns,
+            })),
+            Some(None) => {}
+            // A file from another writer: the header's start time is all we know.
+            None => records.push(Record::Process(Process {
+                start_time_ns: start_us.saturating_mul(1000),
+                ..Process::default()
+            })),
+        }
+        let mut addresses = HashMap::new();
+        let mut unresolved = None;
+        let mut slot_changes = Vec::new();
+        let mut marker_threads = Vec::new();
+        let mut late = Vec::new();
+        if let Some(e) = ext {
+            if !e.info.is_empty() {
+                records.push(Record::Info(e.info));
+            }
+            for o in e.objects {
+                records.push(Record::Object(Object {
+                    path: o.path,
+                    load_address: o.load_address,
+                    size: o.size,
+                }));
+            }
+            for t in e.threads {
+                records.push(Record::Thread(Thread {
+                    tid: t.tid,
+                    name: t.name,
+                }));
+            }
+            addresses = id_map(e.stack_addresses, "libtracer.stack_addresses")?;
+            unresolved = e.unresolved_function;
+            if e.thread_slots.windows(2).any(|w| w[0].0 > w[1].0) {
+                return Err(bad(
+                    "libtracer.thread_slots in event order".into(),
+                    "an entry earlier than its predecessor".into(),
+                ));
+            }
+            slot_changes = e.thread_slots;
+            marker_threads = e.marker_threads;
+            late = e.address_symbols;
+        }
+        let symbol = |func: u64, file: u64, line: u32, whose: &dyn Fn() -> String| {
+            let function = functions.get(&func).ok_or_else(|| {
+                bad(
+                    format!("{} naming an id of \"functions\"", whose()),
+                    format!("func_id {func}"),
+                )
+            })?;
+            let file = files.get(&file).ok_or_else(|| {
+                bad(
+                    format!("{} naming an id of \"files\"", whose()),
+                    format!("file_id {file}"),
+                )
+            })?;
+            Ok::<_, FormatError>(Symbol {
+                function: function.clone(),
+                file: file.clone(),
+                line,
+            })
+        };
+
+        let mut stacks = id_map(meta.stack_traces, "stack_traces")?
+            .into_iter()
+            .collect::<Vec<_>>();
+        stacks.sort_unstable_by_key(|s| s.0);
+        let ids: Vec<u64> = stacks.iter().map(|s| s.0).collect();
+        for (id, doc) in stacks {
+            let addrs = addresses.remove(&id).unwrap_or_default();
+            if !addrs.is_empty() && addrs.len() != doc.len() {
+                return Err(bad(
+                    format!(
+                        "libtracer.stack_addresses[\"{id}\"] with one address per frame ({})",
+                        doc.len()
+                    ),
+                    format!("{} addresses", addrs.len()),
+                ));
+            }
+            // The file lists the outermost frame first; the model the innermost.
+            let mut frames = Vec::with_capacity(doc.len());
+            for (k, f) in doc.iter().enumerate().rev() {
+                let sym = if Some(f.func_id) == unresolved {
+                    None
+                } else {
+                    Some(symbol(f.func_id, f.file_id, f.line, &|| {
+                        format!("stack_traces[\"{id}\"][{k}]")
+                    })?)
+                };
+                frames.push(Frame {
+                    address: addrs.get(k).copied().unwrap_or(0),
+                    symbol: sym,
+                });
+            }
+            records.push(Record::Stack(Stack { id, frames }));
+        }
+        for (k, (address, func, file, line)) in late.into_iter().enumerate() {
+            let symbol = symbol(func, file, line, &|| {
+                format!("libtracer.address_symbols[{k}]")
+            })?;
+            records.push(Record::AddressSymbol { address, symbol });
+        }
+
+        let mut ctx = EventCtx {
+            now_us: start_us,
+            seq: 0,
+            slot_tids: None,
+            next_change_seq: slot_changes.first().map_or(u64::MAX, |c| c.0),
+            slot_changes,
+            next_change: 0,
+            marker_threads,
+            markers: 0,
+            functions,
+            known: KnownStacks::new(&ids),
+        };
+        if ctx.next_change_seq != u64::MAX {
+            // A slot map exists: slots it has not assigned yet still mean themselves.
+            ctx.slot_tids = Some((0..SLOTS as u32).collect());
+        }
+        self.ctx = Some(ctx);
+        self.records = records.into_iter();
+        Ok(())
+    }
+
+    /// Reads one event across a buffer boundary: gathers its bytes by structure,
+    /// then decodes them like the fast path does.
+    #[cold]
+    fn slow_event(&mut self) -> Result<RawEvent> {
+        let start = self.src.offset();
+        let mut tmp = [0u8; MAX_EVENT];
+        let mut n = 0;
+        let ty = self.src.read_u8("an event type")?;
+        tmp[0] = ty;
+        n += 1;
+        if ty > MARKER {
+            return Err(FormatError::invalid(
+                start,
+                EXPECTED_TYPE,
+                format!("type {ty}"),
+            ));
+        }
+        let src = &mut self.src;
+        gather_varint(src, &mut tmp, &mut n, "the time delta of an event")?;
+        match ty {
+            ALLOC => {
+                gather_fixed(src, &mut tmp, &mut n, 8, "the address of an ALLOC event")?;
+                gather_varint(src, &mut tmp, &mut n, "the size of an ALLOC event")?;
+                gather_varint(src, &mut tmp, &mut n, "the stack id of an ALLOC event")?;
+                gather_fixed(src, &mut tmp, &mut n, 2, "the thread of an ALLOC event")?;
+            }
+            FREE => gather_fixed(src, &mut tmp, &mut n, 8, "the address of a FREE event")?,
+            GC => {
+                gather_varint(src, &mut tmp, &mut n, "the object count of a GC event")?;
+                gather_varint(src, &mut tmp, &mut n, "the byte count of a GC event")?;
+            }
+            _ => gather_varint(src, &mut tmp, &mut n, "the name id of a MARKER event")?,
+        }
+        match decode_event(&tmp[..n]) {
+            Ok((ev, _)) => Ok(ev),
+            Err(Bad::Invalid {
+                pos,
+                expected,
+                found,
+            }) => Err(FormatError::invalid(start + pos as u64, expected, found)),
+            Err(Bad::Incomplete) => Err(FormatError::truncated(
+                self.src.offset(),
+                "the rest of an event",
+            )),
+        }
+    }
+
+    #[inline]
+    fn next_event(&mut self) -> Option<Result<Record>> {
+        if let Some(r) = self.held.take() {
+            return Some(Ok(r));
+        }
+        let start = self.src.offset();
+        let raw = match self.src.peek_buf() {
+            Err(e) => return Some(Err(e)),
+            Ok([]) => return None,
+            Ok(buf) => match decode_event(buf) {
+                Ok((ev, n)) => {
+                    self.src.consume(n);
+                    ev
+                }
+                Err(Bad::Incomplete) if buf.len() < MAX_EVENT => match self.slow_event() {
+                    Ok(ev) => ev,
+                    Err(e) => return Some(Err(e)),
+                },
+                Err(Bad::Incomplete) => unreachable!("a full-size buffer always holds an event"),
+                Err(Bad::Invalid {
+                    pos,
+                    expected,
+                    found,
+                }) => {
+                    return Some(Err(FormatError::invalid(
+                        start + pos as u64,
+                        expected,
+                        found,
+                    )))
+                }
+            },
+        };
+        let ctx = self.ctx.as_mut().expect("metadata read before events");
+        let (extra, ev) = ctx.decode(raw);
+        match extra {
+            Some(stack) => {
+                self.held = Some(Record::Event(ev));
+                Some(Ok(stack))
+            }
+            None => Some(Ok(Record::Event(ev))),
+        }
+    }
+}
+
+impl<R: Read> Iterator for Reader<R> {
+    type Item = Result<Record>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            match self.state {
+                State::Header => match self.read_head() {
+                    Ok(()) => self.state = State::Records,
+                    Err(e) => {
+                        self.state = State::Done;
+                        return Some(Err(e));
+                    }
+                },
+                State::Records => match self.records.next() {
+                    Some(r) => return Some(Ok(r)),
+                    None => self.state = State::Events,
+                },
+                State::Events => {
+                    let r = self.next_event();
+                    if !matches!(r, Some(Ok(_))) {
+                        self.state = State::Done;
+                    }
+                    return r;
+                }
+                State::Done => return None,
+            }
+        }
+    }
+}
+
+/// Copies the bytes of one varint (at most 10) from `src` to `tmp[*n..]`.
+fn gather_varint<R: Read>(
+    src: &mut ByteSource<R>,
+    tmp: &mut [u8; MAX_EVENT],
+    n: &mut usize,
+    what: &str,
+) -> Result<()> {
+    for _ in 0..10 {
+        let b = src.read_u8(what)?;
+        tmp[*n] = b;
+        *n += 1;
+        if b < 0x80 {
+            break;
+        }
+    }
+    Ok(())
+}
+
+fn gather_fixed<R: Read>(
+    src: &mut ByteSource<R>,
+    tmp: &mut [u8; MAX_EVENT],
+    n: &mut usize,
+    len: usize,
+    what: &str,
+) -> Result<()> {
+    src.read_exact(&mut tmp[*n..*n + len], what)?;
+    *n += len;
+    Ok(())
+}
+
+/// Parses the decimal keys of a metadata table.
+fn id_map<V>(m: HashMap<String, V>, table: &str) -> Result<HashMap<u64, V>> {
+    m.into_iter()
+        .map(|(k, v)| match k.parse::<u64>() {
+            Ok(id) if !k.starts_with('+') => Ok((id, v)),
+            _ => Err(FormatError::invalid(
+                HEADER_LEN as u64,
+                format!("decimal ids as the keys of \"{table}\""),
+                format!("{k:?}"),
+            )),
+        })
+        .collect()
+}
+
+/// A JSON error located in the file: metadata offset plus the error's position.
+fn json_error(json: &[u8], e: &serde_json::Error) -> FormatError {
+    let mut line_start = 0usize;
+    let mut line = 1usize;
+    for (i, &b) in json.iter().enumerate() {
+        if line >= e.line() {
+            break;
+        }
+        if b == b'\n' {
+            line += 1;
+            line_start = i + 1;
+        }
+    }
+    let pos = (line_start + e.column().saturating_sub(1)).min(json.len());
+    let offset = (HEADER_LEN + pos) as u64;
+    let what = format!("valid JSON metadata ({e})");
+    if e.is_eof() {
+        FormatError::truncated(offset, what)
+    } else {
+        FormatError::invalid(offset, "valid JSON metadata", e.to_string())
+    }
+}

@@ -1,0 +1,560 @@
+//! The spool: where a file-backed mlyze writer keeps a run until `finish`.
+//!
+//! ```text
+//! offset 0   "MTRS"            magic (mlyze spool)
+//!        4   u32 LE = 1        spool version
+//!        8   8 zero bytes      reserved
+//!        16  chunks until end of file:
+//!            u8 kind           1 = metadata log entries, 2 = encoded events
+//!            u32 LE length     payload bytes
+//!            payload
+//! ```
+//!
+//! An events chunk holds finished mlyze event bytes, exactly as they will appear
+//! in the final file. A log chunk holds entries, each a tag byte followed by
+//! varints (`v`) and strings (`s` = varint length + UTF-8 bytes):
+//!
+//! | tag | entry | fields |
+//! | --- | --- | --- |
+//! | 1 | start | header start time µs `v` |
+//! | 2 | process | pid `v`, executable `s`, argc `v`, argv `s`…, start ns `v` |
+//! | 3 | object | path `s`, load address `v`, size `v` |
+//! | 4 | thread | tid `v`, name `s` |
+//! | 5 | function | id `v`, name `s` |
+//! | 6 | file | id `v`, name `s` |
+//! | 7 | unresolved | id `v` of the `"??"` function unresolved frames use |
+//! | 8 | stack | id `v`, frame count `v`, per frame: address, function id, file id, line `v` |
+//! | 9 | address symbol | address, function id, file id, line `v` |
+//! | 10 | info | pair count `v`, key `s`, value `s`… |
+//! | 11 | thread slot | event sequence number, slot, tid `v` |
+//! | 12 | marker thread | tid `v` (one per MARKER, in order) |
+//! | 13 | dropped syscalls | running total `v` |
+//!
+//! Function and file ids are logged in the order they are assigned, so replaying
+//! the log rebuilds the writer's tables exactly, and the ids baked into the event
+//! bytes (stack ids, marker names, thread slots) keep their meaning. A flush
+//! writes the log chunk before the events chunk that may depend on it. A process
+//! killed in the middle of a write leaves a torn last chunk, which recovery drops.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use super::header;
+use super::writer::{copy_ranges, FrameRef, Tables};
+use crate::bytes::{put_varint, ByteSource};
+use crate::error::{FormatError, Result};
+use crate::model::{Object, Process, Thread};
+use crate::output;
+
+pub const SPOOL_MAGIC: &[u8; 4] = b"MTRS";
+pub const SPOOL_VERSION: u32 = 1;
+pub(super) const SPOOL_HEADER_LEN: usize = 16;
+pub(super) const CHUNK_HEAD: usize = 5;
+pub(super) const CHUNK_RECORDS: u8 = 1;
+pub(super) const CHUNK_EVENTS: u8 = 2;
+
+/// Encoders of log entries.
+pub(super) mod entry {
+    use super::*;
+
+    pub const START: u8 = 1;
+    pub const PROCESS: u8 = 2;
+    pub const OBJECT: u8 = 3;
+    pub const THREAD: u8 = 4;
+    pub const FUNCTION: u8 = 5;
+    pub const FILE: u8 = 6;
+    pub const UNRESOLVED: u8 = 7;
+    pub const STACK: u8 = 8;
+    pub const ADDRESS_SYMBOL: u8 = 9;
+    pub const INFO: u8 = 10;
+    pub const THREAD_SLOT: u8 = 11;
+    pub const MARKER_THREAD: u8 = 12;
+    pub const DROPPED: u8 = 13;
+
+    fn put_str(log: &mut Vec<u8>, s: &str) {
+        put_varint(log, s.len() as u64);
+        log.extend_from_slice(s.as_bytes());
+    }
+
+    pub fn put_start(log: &mut Vec<u8>, us: u64) {
+        log.push(START);
+        put_varint(log, us);
+    }
+
+    pub fn put_process(log: &mut Vec<u8>, p: &Process) {
+        log.push(PROCESS);
+        put_varint(log, p.pid.into());
+        put_str(log, &p.executable);
+        put_varint(log, p.command_line.len() as u64);
+        for a in &p.command_line {
+            put_str(log, a);
+        }
+        put_varint(log, p.start_time_ns);
+    }
+
+    pub fn put_object(log: &mut Vec<u8>, o: &Object) {
+        log.push(OBJECT);
+        put_str(log, &o.path);
+        put_varint(log, o.load_address);
+        put_varint(log, o.size);
+    }
+
+    pub fn put_thread(log: &mut Vec<u8>, t: &Thread) {
+        log.push(THREAD);
+        put_varint(log, t.tid.into());
+        put_str(log, &t.name);
+    }
+
+    pub fn put_named(log: &mut Vec<u8>, tag: u8, id: u32, name: &str) {
+        log.push(tag);
+        put_varint(log, id.into());
+        put_str(log, name);
+    }
+
+    pub fn put_unresolved(log: &mut Vec<u8>, id: u32) {
+        log.push(UNRESOLVED);
+        put_varint(log, id.into());
+    }
+
+    pub fn put_stack(log: &mut Vec<u8>, id: u64, frames: &[FrameRef]) {
+        log.push(STACK);
+        put_varint(log, id);
+        put_varint(log, frames.len() as u64);
+        for f in frames {
+            put_varint(log, f.addr);
+            put_varint(log, f.func.into());
+            put_varint(log, f.file.into());
+            put_varint(log, f.line.into());
+        }
+    }
+
+    pub fn put_address_symbol(log: &mut Vec<u8>, addr: u64, func: u32, file: u32, line: u32) {
+        log.push(ADDRESS_SYMBOL);
+        put_varint(log, addr);
+        put_varint(log, func.into());
+        put_varint(log, file.into());
+        put_varint(log, line.into());
+    }
+
+    pub fn put_info(log: &mut Vec<u8>, pairs: &[(String, String)]) {
+        log.push(INFO);
+        put_varint(log, pairs.len() as u64);
+        for (k, v) in pairs {
+            put_str(log, k);
+            put_str(log, v);
+        }
+    }
+
+    pub fn put_thread_slot(log: &mut Vec<u8>, seq: u64, slot: u16, tid: u32) {
+        log.push(THREAD_SLOT);
+        put_varint(log, seq);
+        put_varint(log, slot.into());
+        put_varint(log, tid.into());
+    }
+
+    pub fn put_marker_thread(log: &mut Vec<u8>, tid: u32) {
+        log.push(MARKER_THREAD);
+        put_varint(log, tid.into());
+    }
+
+    pub fn put_dropped(log: &mut Vec<u8>, total: u64) {
+        log.push(DROPPED);
+        put_varint(log, total);
+    }
+}
+
+/// Creates `FINAL.spool` (or `FINAL.spool.1`, … when taken) for reading and
+/// writing, exclusively, mode 0600, and writes the spool header.
+pub(super) fn create_spool_file(final_path: &Path) -> io::Result<(File, PathBuf)> {
+    let base = final_path.as_os_str().to_string_lossy().into_owned();
+    for n in 0..1000u32 {
+        let name = if n == 0 {
+            format!("{base}.spool")
+        } else {
+            format!("{base}.spool.{n}")
+        };
+        let path = PathBuf::from(name);
+        match OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(O_NOFOLLOW | O_CLOEXEC)
+            .open(&path)
+        {
+            Ok(mut f) => {
+                let mut head = [0u8; SPOOL_HEADER_LEN];
+                head[..4].copy_from_slice(SPOOL_MAGIC);
+                head[4..8].copy_from_slice(&SPOOL_VERSION.to_le_bytes());
+                f.write_all(&head)?;
+                return Ok((f, path));
+            }
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(io::Error::new(
+        io::ErrorKind::AlreadyExists,
+        format!("{base}.spool and 999 numbered alternatives all exist"),
+    ))
+}
+
+// Linux values (x86-64, aarch64); format-writers has no libc dependency.
+const O_NOFOLLOW: i32 = 0o400000;
+const O_CLOEXEC: i32 = 0o2000000;
+
+pub(super) fn write_chunk(f: &mut File, kind: u8, payload: &[u8]) -> io::Result<()> {
+    let len = u32::try_from(payload.len())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "spool chunk over 4 GiB"))?;
+    let mut head = [0u8; CHUNK_HEAD];
+    head[0] = kind;
+    head[1..].copy_from_slice(&len.to_le_bytes());
+    f.write_all(&head)?;
+    f.write_all(payload)
+}
+
+/// What recovery found in a spool.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RecoverStats {
+    /// Complete chunks used.
+    pub chunks: u64,
+    /// Bytes of encoded events copied into the final file.
+    pub event_bytes: u64,
+    /// Bytes at the end of the spool that did not form a complete chunk
+    /// (the process was killed while writing them); they are dropped.
+    pub torn_tail_bytes: u64,
+}
+
+/// A slice cursor over one log chunk, for entries.
+struct Cur<'a> {
+    buf: &'a [u8],
+    pos: usize,
+    base: u64,
+}
+
+impl Cur<'_> {
+    fn at(&self) -> u64 {
+        self.base + self.pos as u64
+    }
+
+    fn varint(&mut self, what: &str) -> Result<u64> {
+        let start = self.at();
+        let mut value = 0u64;
+        for i in 0..10u32 {
+            let Some(&b) = self.buf.get(self.pos) else {
+                return Err(FormatError::truncated(
+                    self.at(),
+                    format!("{what} (spool entry)"),
+                ));
+            };
+            self.pos += 1;
+            if i == 9 && b > 1 {
+                return Err(FormatError::invalid(
+                    start,
+                    format!("{what} as a varint of at most 64 bits"),
+                    "a longer varint",
+                ));
+            }
+            value |= u64::from(b & 0x7f) << (7 * i);
+            if b < 0x80 {
+                return Ok(value);
+            }
+        }
+        unreachable!("the tenth byte ends the varint or is rejected")
+    }
+
+    fn u32(&mut self, what: &str) -> Result<u32> {
+        let at = self.at();
+        let v = self.varint(what)?;
+        u32::try_from(v).map_err(|_| {
+            FormatError::invalid(at, format!("{what} of at most 32 bits"), v.to_string())
+        })
+    }
+
+    fn count(&mut self, what: &str) -> Result<usize> {
+        let at = self.at();
+        let n = self.varint(what)?;
+        // Every counted item takes at least one byte: a count beyond the rest of
+        // the chunk is corrupt, and never sizes an allocation.
+        if n > (self.buf.len() - self.pos) as u64 {
+            return Err(FormatError::invalid(
+                at,
+                format!("{what} no larger than the rest of the chunk"),
+                n.to_string(),
+            ));
+        }
+        Ok(n as usize)
+    }
+
+    fn string(&mut self, what: &str) -> Result<String> {
+        let at = self.at();
+        let n = self.count(what)?;
+        let bytes = &self.buf[self.pos..self.pos + n];
+        self.pos += n;
+        String::from_utf8(bytes.to_vec())
+            .map_err(|_| FormatError::invalid(at, format!("{what} in UTF-8"), "invalid UTF-8"))
+    }
+}
+
+fn check_id(id: u32, len: usize, at: u64, what: &str) -> Result<()> {
+    if (id as usize) < len {
+        Ok(())
+    } else {
+        Err(FormatError::invalid(
+            at,
+            format!("{what} id logged before use (fewer than {len} known)"),
+            id.to_string(),
+        ))
+    }
+}
+
+/// Replays one log chunk into `t`.
+fn replay(t: &mut Tables, cur: &mut Cur) -> Result<()> {
+    while cur.pos < cur.buf.len() {
+        let at = cur.at();
+        let tag = cur.buf[cur.pos];
+        cur.pos += 1;
+        match tag {
+            entry::START => t.start_us = Some(cur.varint("start time")?),
+            entry::PROCESS => {
+                let pid = cur.u32("pid")?;
+                let executable = cur.string("executable")?;
+                let argc = cur.count("argument count")?;
+                let mut command_line = Vec::with_capacity(argc);
+                for _ in 0..argc {
+                    command_line.push(cur.string("argument")?);
+                }
+                let start_time_ns = cur.varint("process start time")?;
+                t.process = Some(Process {
+                    pid,
+                    executable,
+                    command_line,
+                    start_time_ns,
+                });
+            }
+            entry::OBJECT => {
+                let path = cur.string("object path")?;
+                let load_address = cur.varint("load address")?;
+                let size = cur.varint("object size")?;
+                t.objects.push(Object {
+                    path,
+                    load_address,
+                    size,
+                });
+            }
+            entry::THREAD => {
+                let tid = cur.u32("thread id")?;
+                let name = cur.string("thread name")?;
+                t.threads.push(Thread { tid, name });
+            }
+            entry::FUNCTION | entry::FILE | entry::UNRESOLVED => {
+                let id_at = cur.at();
+                let id = cur.u32("table id")?;
+                let expected = if tag == entry::FILE {
+                    t.files.len()
+                } else {
+                    t.functions.len()
+                };
+                if id as usize != expected {
+                    return Err(FormatError::invalid(
+                        id_at,
+                        format!("the next table id {expected}"),
+                        id.to_string(),
+                    ));
+                }
+                match tag {
+                    entry::FUNCTION => t.push_function(cur.string("function name")?),
+                    entry::FILE => t.push_file(cur.string("file name")?),
+                    _ => {
+                        t.functions.push(super::writer::UNRESOLVED_NAME.to_owned());
+                        t.unresolved = Some(id);
+                    }
+                }
+            }
+            entry::STACK => {
+                let id = cur.varint("stack id")?;
+                let n = cur.count("frame count")?;
+                let mut frames = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let f_at = cur.at();
+                    let f = FrameRef {
+                        addr: cur.varint("frame address")?,
+                        func: cur.u32("function id")?,
+                        file: cur.u32("file id")?,
+                        line: cur.u32("line")?,
+                    };
+                    check_id(f.func, t.functions.len(), f_at, "function")?;
+                    check_id(f.file, t.files.len(), f_at, "file")?;
+                    frames.push(f);
+                }
+                t.set_stack(id, frames);
+            }
+            entry::ADDRESS_SYMBOL => {
+                let addr = cur.varint("address")?;
+                let s_at = cur.at();
+                let func = cur.u32("function id")?;
+                let file = cur.u32("file id")?;
+                let line = cur.u32("line")?;
+                check_id(func, t.functions.len(), s_at, "function")?;
+                check_id(file, t.files.len(), s_at, "file")?;
+                t.address_symbols.push((addr, func, file, line));
+            }
+            entry::INFO => {
+                let n = cur.count("info pair count")?;
+                for _ in 0..n {
+                    let k = cur.string("info key")?;
+                    let v = cur.string("info value")?;
+                    t.info.push((k, v));
+                }
+            }
+            entry::THREAD_SLOT => {
+                let seq = cur.varint("event sequence number")?;
+                let s_at = cur.at();
+                let slot = cur.u32("thread slot")?;
+                let slot = u16::try_from(slot).map_err(|_| {
+                    FormatError::invalid(s_at, "a thread slot below 65536", slot.to_string())
+                })?;
+                let tid = cur.u32("thread id")?;
+                t.thread_slots.push((seq, slot, tid));
+            }
+            entry::MARKER_THREAD => {
+                let tid = cur.u32("marker thread")?;
+                t.marker_threads.push(tid);
+            }
+            entry::DROPPED => t.dropped_syscalls = cur.varint("dropped syscall count")?,
+            other => {
+                return Err(FormatError::invalid(
+                    at,
+                    "a spool log entry tag 1..=13",
+                    format!("tag {other}"),
+                ))
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Reads a spool: the replayed tables, the event chunks' `(offset, length)`.
+/// `(offset, length)` of event bytes in the spool.
+type Ranges = Vec<(u64, u64)>;
+
+fn read_spool(file: &File) -> Result<(Tables, Ranges, RecoverStats)> {
+    let io = |source| FormatError::Io { offset: 0, source };
+    let file_len = file.metadata().map_err(io)?.len();
+    let mut src = ByteSource::new(file);
+    let magic: [u8; 4] = src.read_array("the spool magic \"MTRS\"")?;
+    if &magic != SPOOL_MAGIC {
+        return Err(FormatError::invalid(
+            0,
+            "the spool magic \"MTRS\"",
+            format!("{magic:02x?}"),
+        ));
+    }
+    let version = src.read_u32_le("the spool version")?;
+    if version != SPOOL_VERSION {
+        return Err(FormatError::invalid(
+            4,
+            format!("spool version {SPOOL_VERSION}"),
+            version.to_string(),
+        ));
+    }
+    src.skip(8, "the reserved spool header bytes")?;
+
+    let mut t = Tables::default();
+    let mut ranges: Ranges = Vec::new();
+    let mut stats = RecoverStats::default();
+    while !src.at_eof()? {
+        let at = src.offset();
+        if file_len - at < CHUNK_HEAD as u64 {
+            stats.torn_tail_bytes = file_len - at;
+            break;
+        }
+        let kind = src.read_u8("a spool chunk kind")?;
+        let len = u64::from(src.read_u32_le("a spool chunk length")?);
+        if kind != CHUNK_RECORDS && kind != CHUNK_EVENTS {
+            return Err(FormatError::invalid(
+                at,
+                "a spool chunk kind 1 (log) or 2 (events)",
+                kind.to_string(),
+            ));
+        }
+        let payload_at = src.offset();
+        if file_len - payload_at < len {
+            stats.torn_tail_bytes = file_len - at;
+            break;
+        }
+        if kind == CHUNK_RECORDS {
+            let buf = src.read_vec(len, "a spool log chunk")?;
+            replay(
+                &mut t,
+                &mut Cur {
+                    buf: &buf,
+                    pos: 0,
+                    base: payload_at,
+                },
+            )?;
+        } else {
+            src.skip(len, "a spool events chunk")?;
+            ranges.push((payload_at, len));
+            stats.event_bytes += len;
+        }
+        stats.chunks += 1;
+    }
+    Ok((t, ranges, stats))
+}
+
+/// Writes the mlyze file a spool stands for to `out`: what the writer would have
+/// produced had `finish` run after the last complete flush.
+pub fn recover_to<W: Write>(spool: &Path, mut out: W) -> Result<RecoverStats> {
+    let io = |source| FormatError::Io { offset: 0, source };
+    let mut file = File::open(spool).map_err(io)?;
+    let (t, ranges, stats) = read_spool(&file)?;
+    let meta = t.metadata_json();
+    let meta_len = u32::try_from(meta.len()).map_err(|_| {
+        FormatError::invalid(0, "metadata under 4 GiB", format!("{} bytes", meta.len()))
+    })?;
+    out.write_all(&header(t.header_start_us(), meta_len))
+        .map_err(io)?;
+    out.write_all(&meta).map_err(io)?;
+    copy_ranges(&mut file, &ranges, &mut out).map_err(io)?;
+    out.flush().map_err(io)?;
+    Ok(stats)
+}
+
+/// Turns a spool left by a killed process into the final file it stands for.
+///
+/// The target name is the spool's without `.spool` (and without a `.spool.N`
+/// suffix). When that file exists and is empty (the name the writer reserved), it
+/// is filled in place; otherwise a new name is chosen as
+/// [`output::create_exclusive`] does. The spool itself is left in place.
+/// Returns the file written and what recovery found.
+pub fn recover(spool: &Path) -> Result<(PathBuf, RecoverStats)> {
+    let io = |source| FormatError::Io { offset: 0, source };
+    let text = spool.as_os_str().to_string_lossy().into_owned();
+    let target = match text.rfind(".spool") {
+        Some(i) if i > 0 => PathBuf::from(&text[..i]),
+        _ => PathBuf::from(format!("{text}.mlyze")),
+    };
+    let reserved = std::fs::symlink_metadata(&target)
+        .map(|m| m.file_type().is_file() && m.len() == 0)
+        .unwrap_or(false);
+    let (file, path) = if reserved {
+        let f = OpenOptions::new()
+            .write(true)
+            .custom_flags(O_NOFOLLOW | O_CLOEXEC)
+            .open(&target)
+            .map_err(io)?;
+        (f, target)
+    } else {
+        output::create_exclusive(&target, "mlyze").map_err(io)?
+    };
+    let stats = recover_to(spool, io::BufWriter::new(file))?;
+    Ok((path, stats))
+}
+
+/// True when `magic` starts a spool.
+pub fn is_spool(magic: &[u8]) -> bool {
+    magic.get(..4) == Some(&SPOOL_MAGIC[..])
+}

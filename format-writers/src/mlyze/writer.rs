@@ -1,0 +1,636 @@
+//! The mlyze writer: encodes events as they arrive, assembles the metadata at the end.
+//!
+//! Events are encoded straight into their final bytes (see the module layout in
+//! `mod.rs`). Everything the metadata will need is kept in [`Tables`]; with a spool
+//! (the file-backed writer) the same facts are also logged into the spool as they
+//! arrive, so that [`super::recover`] can rebuild the tables without this process.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+
+use super::spool::{self, entry};
+use super::{header, ALLOC, FREE, GC, MARKER, SLOTS};
+use crate::bytes::put_varint;
+use crate::model::{Event, Frame, Object, Process, Record, StackId, Symbol, Thread, ThreadId};
+use crate::{output, TraceWriter};
+
+/// Function name of the entry unresolved frames point at.
+pub(super) const UNRESOLVED_NAME: &str = "??";
+
+/// Events are pushed to the spool once this many encoded bytes are pending.
+const SPILL_AT: usize = 1 << 20;
+
+/// A frame as the metadata stores it: ids into `functions` and `files`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct FrameRef {
+    pub addr: u64,
+    pub func: u32,
+    pub file: u32,
+    pub line: u32,
+}
+
+/// Everything the metadata section is made of, collected during the run.
+#[derive(Default)]
+pub(super) struct Tables {
+    /// Header start time; fixed when the first event is encoded.
+    pub start_us: Option<u64>,
+    pub process: Option<Process>,
+    pub objects: Vec<Object>,
+    pub threads: Vec<Thread>,
+    pub info: Vec<(String, String)>,
+    pub stacks: Vec<(StackId, Vec<FrameRef>)>,
+    pub stack_index: HashMap<StackId, usize>,
+    pub functions: Vec<String>,
+    pub files: Vec<String>,
+    function_ids: HashMap<String, u32>,
+    file_ids: HashMap<String, u32>,
+    /// The `functions` id unresolved frames use.
+    pub unresolved: Option<u32>,
+    /// `(address, function id, file id, line)`.
+    pub address_symbols: Vec<(u64, u32, u32, u32)>,
+    /// `(event sequence number, slot, OS tid)`: from that event on, the slot means the tid.
+    pub thread_slots: Vec<(u64, u16, u32)>,
+    pub marker_threads: Vec<u32>,
+    pub dropped_syscalls: u64,
+    /// Spool entries not yet written (only when spooling).
+    pub log: Option<Vec<u8>>,
+}
+
+impl Tables {
+    pub fn intern_function(&mut self, name: &str) -> u32 {
+        if let Some(&id) = self.function_ids.get(name) {
+            return id;
+        }
+        let id = self.functions.len() as u32;
+        self.functions.push(name.to_owned());
+        self.function_ids.insert(name.to_owned(), id);
+        if let Some(log) = &mut self.log {
+            entry::put_named(log, entry::FUNCTION, id, name);
+        }
+        id
+    }
+
+    pub fn intern_file(&mut self, name: &str) -> u32 {
+        if let Some(&id) = self.file_ids.get(name) {
+            return id;
+        }
+        let id = self.files.len() as u32;
+        self.files.push(name.to_owned());
+        self.file_ids.insert(name.to_owned(), id);
+        if let Some(log) = &mut self.log {
+            entry::put_named(log, entry::FILE, id, name);
+        }
+        id
+    }
+
+    /// Adds a function entry without interning (recovery replays explicit ids).
+    pub fn push_function(&mut self, name: String) {
+        self.function_ids
+            .entry(name.clone())
+            .or_insert(self.functions.len() as u32);
+        self.functions.push(name);
+    }
+
+    pub fn push_file(&mut self, name: String) {
+        self.file_ids
+            .entry(name.clone())
+            .or_insert(self.files.len() as u32);
+        self.files.push(name);
+    }
+
+    fn unresolved_id(&mut self) -> u32 {
+        if let Some(id) = self.unresolved {
+            return id;
+        }
+        // Deliberately not interned: a real function named "??" gets its own entry.
+        let id = self.functions.len() as u32;
+        self.functions.push(UNRESOLVED_NAME.to_owned());
+        self.unresolved = Some(id);
+        if let Some(log) = &mut self.log {
+            entry::put_unresolved(log, id);
+        }
+        id
+    }
+
+    fn symbol_ref(&mut self, s: &Symbol) -> (u32, u32, u32) {
+        (
+            self.intern_function(&s.function),
+            self.intern_file(&s.file),
+            s.line,
+        )
+    }
+
+    fn frame_ref(&mut self, f: &Frame) -> FrameRef {
+        let (func, file, line) = match &f.symbol {
+            Some(s) => self.symbol_ref(s),
+            None => (self.unresolved_id(), self.intern_file(""), 0),
+        };
+        FrameRef {
+            addr: f.address,
+            func,
+            file,
+            line,
+        }
+    }
+
+    pub fn set_stack(&mut self, id: StackId, frames: Vec<FrameRef>) {
+        if let Some(log) = &mut self.log {
+            entry::put_stack(log, id, &frames);
+        }
+        match self.stack_index.get(&id) {
+            Some(&i) => self.stacks[i].1 = frames,
+            None => {
+                self.stack_index.insert(id, self.stacks.len());
+                self.stacks.push((id, frames));
+            }
+        }
+    }
+
+    /// The header's start time.
+    pub fn header_start_us(&self) -> u64 {
+        self.start_us
+            .or_else(|| self.process.as_ref().map(|p| p.start_time_ns / 1000))
+            .unwrap_or(0)
+    }
+
+    /// The metadata JSON: the document's three tables, then the `libtracer` key.
+    pub fn metadata_json(&self) -> Vec<u8> {
+        let mut late: HashMap<u64, (u32, u32, u32)> = HashMap::new();
+        if self.unresolved.is_some() {
+            for &(addr, func, file, line) in &self.address_symbols {
+                late.insert(addr, (func, file, line));
+            }
+        }
+        let mut order: Vec<usize> = (0..self.stacks.len()).collect();
+        order.sort_unstable_by_key(|&i| self.stacks[i].0);
+
+        let mut j = Vec::with_capacity(256 + self.stacks.len() * 64);
+        j.extend_from_slice(b"{\"stack_traces\":{");
+        for (n, &i) in order.iter().enumerate() {
+            let (id, frames) = &self.stacks[i];
+            sep(&mut j, n);
+            let _ = write!(j, "\"{id}\":[");
+            // Outermost frame first, as in the document's example (main, then its callee).
+            for (k, f) in frames.iter().rev().enumerate() {
+                let (func, file, line) = match late.get(&f.addr) {
+                    Some(&sym) if Some(f.func) == self.unresolved => sym,
+                    _ => (f.func, f.file, f.line),
+                };
+                sep(&mut j, k);
+                let _ = write!(
+                    j,
+                    "{{\"file_id\":{file},\"line\":{line},\"func_id\":{func}}}"
+                );
+            }
+            j.push(b']');
+        }
+        j.extend_from_slice(b"},\"files\":");
+        string_table(&mut j, &self.files);
+        j.extend_from_slice(b",\"functions\":");
+        string_table(&mut j, &self.functions);
+
+        j.extend_from_slice(b",\"libtracer\":{\"version\":1,\"unresolved_function\":");
+        match self.unresolved {
+            Some(id) => {
+                let _ = write!(j, "{id}");
+            }
+            None => j.extend_from_slice(b"null"),
+        }
+        j.extend_from_slice(b",\"stack_addresses\":{");
+        for (n, &i) in order.iter().enumerate() {
+            let (id, frames) = &self.stacks[i];
+            sep(&mut j, n);
+            let _ = write!(j, "\"{id}\":[");
+            for (k, f) in frames.iter().rev().enumerate() {
+                sep(&mut j, k);
+                let _ = write!(j, "{}", f.addr);
+            }
+            j.push(b']');
+        }
+        j.extend_from_slice(b"},\"process\":");
+        match &self.process {
+            Some(p) => {
+                let _ = write!(j, "{{\"pid\":{},\"executable\":", p.pid);
+                json_str(&mut j, &p.executable);
+                j.extend_from_slice(b",\"argv\":[");
+                for (k, a) in p.command_line.iter().enumerate() {
+                    sep(&mut j, k);
+                    json_str(&mut j, a);
+                }
+                let _ = write!(j, "],\"start_time_ns\":{}}}", p.start_time_ns);
+            }
+            None => j.extend_from_slice(b"null"),
+        }
+        j.extend_from_slice(b",\"objects\":[");
+        for (k, o) in self.objects.iter().enumerate() {
+            sep(&mut j, k);
+            j.extend_from_slice(b"{\"path\":");
+            json_str(&mut j, &o.path);
+            let _ = write!(
+                j,
+                ",\"load_address\":{},\"size\":{}}}",
+                o.load_address, o.size
+            );
+        }
+        j.extend_from_slice(b"],\"threads\":[");
+        for (k, t) in self.threads.iter().enumerate() {
+            sep(&mut j, k);
+            let _ = write!(j, "{{\"tid\":{},\"name\":", t.tid);
+            json_str(&mut j, &t.name);
+            j.push(b'}');
+        }
+        j.extend_from_slice(b"],\"thread_slots\":[");
+        for (k, (seq, slot, tid)) in self.thread_slots.iter().enumerate() {
+            sep(&mut j, k);
+            let _ = write!(j, "[{seq},{slot},{tid}]");
+        }
+        j.extend_from_slice(b"],\"address_symbols\":[");
+        for (k, (addr, func, file, line)) in self.address_symbols.iter().enumerate() {
+            sep(&mut j, k);
+            let _ = write!(j, "[{addr},{func},{file},{line}]");
+        }
+        j.extend_from_slice(b"],\"info\":[");
+        for (k, (key, value)) in self.info.iter().enumerate() {
+            sep(&mut j, k);
+            j.push(b'[');
+            json_str(&mut j, key);
+            j.push(b',');
+            json_str(&mut j, value);
+            j.push(b']');
+        }
+        j.extend_from_slice(b"],\"marker_threads\":[");
+        for (k, tid) in self.marker_threads.iter().enumerate() {
+            sep(&mut j, k);
+            let _ = write!(j, "{tid}");
+        }
+        let _ = write!(j, "],\"dropped_syscalls\":{}}}}}", self.dropped_syscalls);
+        j
+    }
+}
+
+fn sep(j: &mut Vec<u8>, n: usize) {
+    if n > 0 {
+        j.push(b',');
+    }
+}
+
+fn json_str(j: &mut Vec<u8>, s: &str) {
+    // Serialising a &str into a Vec cannot fail.
+    let _ = serde_json::to_writer(&mut *j, s);
+}
+
+fn string_table(j: &mut Vec<u8>, names: &[String]) {
+    j.push(b'{');
+    for (k, name) in names.iter().enumerate() {
+        sep(j, k);
+        let _ = write!(j, "\"{k}\":");
+        json_str(j, name);
+    }
+    j.push(b'}');
+}
+
+/// Assigns the 16-bit thread slots of ALLOC events to OS thread ids.
+///
+/// Slots are handed out in order; once all 65,536 are taken, the oldest
+/// assignment is replaced (round robin). Every assignment is recorded with the
+/// sequence number of the first event using it, so a reader always knows which
+/// tid a slot meant at any point of the stream.
+struct SlotMap {
+    slot_of: HashMap<ThreadId, u16>,
+    tid_of: Vec<ThreadId>,
+    next_victim: usize,
+    last: Option<(ThreadId, u16)>,
+}
+
+impl SlotMap {
+    fn new() -> Self {
+        SlotMap {
+            slot_of: HashMap::new(),
+            tid_of: Vec::new(),
+            next_victim: 0,
+            last: None,
+        }
+    }
+
+    #[inline]
+    fn slot(&mut self, tid: ThreadId, seq: u64, t: &mut Tables) -> u16 {
+        if let Some((last_tid, slot)) = self.last {
+            if last_tid == tid {
+                return slot;
+            }
+        }
+        let slot = match self.slot_of.get(&tid) {
+            Some(&s) => s,
+            None => self.assign(tid, seq, t),
+        };
+        self.last = Some((tid, slot));
+        slot
+    }
+
+    #[cold]
+    fn assign(&mut self, tid: ThreadId, seq: u64, t: &mut Tables) -> u16 {
+        let slot = if self.tid_of.len() < SLOTS {
+            self.tid_of.push(tid);
+            self.tid_of.len() - 1
+        } else {
+            let s = self.next_victim;
+            self.next_victim = (s + 1) % SLOTS;
+            self.slot_of.remove(&self.tid_of[s]);
+            self.tid_of[s] = tid;
+            s
+        } as u16;
+        self.slot_of.insert(tid, slot);
+        t.thread_slots.push((seq, slot, tid));
+        if let Some(log) = &mut t.log {
+            entry::put_thread_slot(log, seq, slot, tid);
+        }
+        slot
+    }
+}
+
+/// The spool side file of a file-backed writer.
+struct SpoolFile {
+    file: File,
+    path: PathBuf,
+    /// Bytes written so far.
+    len: u64,
+    /// `(offset, length)` of every event chunk's payload, in order.
+    event_ranges: Vec<(u64, u64)>,
+}
+
+/// Streaming mlyze writer. See the module documentation for the layout.
+pub struct Writer<W: Write> {
+    out: W,
+    t: Tables,
+    /// Encoded events not yet spooled (all of them without a spool).
+    events: Vec<u8>,
+    /// Event sequence number of the next event.
+    seq: u64,
+    last_us: u64,
+    slots: SlotMap,
+    spool: Option<SpoolFile>,
+}
+
+impl<W: Write> Writer<W> {
+    /// A writer that keeps the encoded events in memory and writes the whole
+    /// file to `out` in `finish` (tests, conversions of moderate size).
+    pub fn new(out: W) -> Self {
+        Writer {
+            out,
+            t: Tables::default(),
+            events: Vec::with_capacity(1 << 16),
+            seq: 0,
+            last_us: 0,
+            slots: SlotMap::new(),
+            spool: None,
+        }
+    }
+
+    /// Number of events encoded so far.
+    pub fn events_written(&self) -> u64 {
+        self.seq
+    }
+
+    /// Starts an event: type byte and time delta. Times running backwards
+    /// (threads racing to the queue) are clamped to a zero delta.
+    #[inline]
+    fn begin(&mut self, ty: u8, time_ns: u64) {
+        let us = time_ns / 1000;
+        if self.t.start_us.is_none() {
+            self.first_event(us);
+        }
+        let delta = us.saturating_sub(self.last_us);
+        self.last_us = self.last_us.max(us);
+        self.events.push(ty);
+        put_varint(&mut self.events, delta);
+    }
+
+    #[cold]
+    fn first_event(&mut self, us: u64) {
+        let start = match &self.t.process {
+            Some(p) if p.start_time_ns != 0 => (p.start_time_ns / 1000).min(us),
+            _ => us,
+        };
+        self.t.start_us = Some(start);
+        self.last_us = start;
+        if let Some(log) = &mut self.t.log {
+            entry::put_start(log, start);
+        }
+    }
+
+    fn write_event(&mut self, e: &Event) -> io::Result<()> {
+        match e {
+            Event::Alloc(a) => {
+                let slot = self.slots.slot(a.thread, self.seq, &mut self.t);
+                self.begin(ALLOC, a.time_ns);
+                self.events.extend_from_slice(&a.address.to_le_bytes());
+                put_varint(&mut self.events, a.size);
+                put_varint(&mut self.events, a.stack);
+                self.events.extend_from_slice(&slot.to_le_bytes());
+            }
+            Event::Free(f) => {
+                self.begin(FREE, f.time_ns);
+                self.events.extend_from_slice(&f.address.to_le_bytes());
+            }
+            Event::Gc(g) => {
+                self.begin(GC, g.time_ns);
+                put_varint(&mut self.events, g.objects);
+                put_varint(&mut self.events, g.bytes);
+            }
+            Event::Marker(m) => {
+                let name = self.t.intern_function(&m.name);
+                self.t.marker_threads.push(m.thread);
+                if let Some(log) = &mut self.t.log {
+                    entry::put_marker_thread(log, m.thread);
+                }
+                self.begin(MARKER, m.time_ns);
+                put_varint(&mut self.events, u64::from(name));
+            }
+            Event::Syscall(_) => {
+                // mlyze has no syscall event: counted in the metadata, not stored.
+                self.t.dropped_syscalls += 1;
+                if let Some(log) = &mut self.t.log {
+                    entry::put_dropped(log, self.t.dropped_syscalls);
+                }
+                return Ok(());
+            }
+        }
+        self.seq += 1;
+        if self.spool.is_some() && self.events.len() >= SPILL_AT {
+            self.spill()?;
+        }
+        Ok(())
+    }
+
+    fn write_record(&mut self, record: &Record) -> io::Result<()> {
+        let t = &mut self.t;
+        match record {
+            Record::Event(e) => return self.write_event(e),
+            Record::Process(p) => {
+                if let Some(log) = &mut t.log {
+                    entry::put_process(log, p);
+                }
+                t.process = Some(p.clone());
+            }
+            Record::Object(o) => {
+                if let Some(log) = &mut t.log {
+                    entry::put_object(log, o);
+                }
+                t.objects.push(o.clone());
+            }
+            Record::Thread(th) => {
+                if let Some(log) = &mut t.log {
+                    entry::put_thread(log, th);
+                }
+                t.threads.push(th.clone());
+            }
+            Record::Stack(s) => {
+                let frames = s.frames.iter().map(|f| t.frame_ref(f)).collect();
+                t.set_stack(s.id, frames);
+            }
+            Record::Info(pairs) => {
+                if let Some(log) = &mut t.log {
+                    entry::put_info(log, pairs);
+                }
+                t.info.extend(pairs.iter().cloned());
+            }
+            Record::AddressSymbol { address, symbol } => {
+                let (func, file, line) = t.symbol_ref(symbol);
+                if let Some(log) = &mut t.log {
+                    entry::put_address_symbol(log, *address, func, file, line);
+                }
+                t.address_symbols.push((*address, func, file, line));
+            }
+        }
+        if self.t.log.as_ref().is_some_and(|l| l.len() >= SPILL_AT) {
+            self.spill()?;
+        }
+        Ok(())
+    }
+
+    /// Appends the pending log and events to the spool as two chunks.
+    fn spill(&mut self) -> io::Result<()> {
+        let Some(sp) = &mut self.spool else {
+            return Ok(());
+        };
+        if let Some(log) = &mut self.t.log {
+            if !log.is_empty() {
+                spool::write_chunk(&mut sp.file, spool::CHUNK_RECORDS, log)?;
+                sp.len += spool::CHUNK_HEAD as u64 + log.len() as u64;
+                log.clear();
+            }
+        }
+        if !self.events.is_empty() {
+            spool::write_chunk(&mut sp.file, spool::CHUNK_EVENTS, &self.events)?;
+            let start = sp.len + spool::CHUNK_HEAD as u64;
+            let len = self.events.len() as u64;
+            match sp.event_ranges.last_mut() {
+                // Merge adjacent ranges only when nothing separates them.
+                Some((off, l)) if *off + *l == start => *l += len,
+                _ => sp.event_ranges.push((start, len)),
+            }
+            sp.len = start + len;
+            self.events.clear();
+        }
+        Ok(())
+    }
+
+    fn finish_inner(mut self) -> io::Result<()> {
+        let meta = self.t.metadata_json();
+        let meta_len = u32::try_from(meta.len()).map_err(|_| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                "mlyze metadata exceeds the 4 GiB its 32-bit length field can describe",
+            )
+        })?;
+        self.out
+            .write_all(&header(self.t.header_start_us(), meta_len))?;
+        self.out.write_all(&meta)?;
+        if let Some(sp) = &mut self.spool {
+            copy_ranges(&mut sp.file, &sp.event_ranges, &mut self.out)?;
+        }
+        self.out.write_all(&self.events)?;
+        self.out.flush()?;
+        if let Some(sp) = self.spool.take() {
+            drop(sp.file);
+            std::fs::remove_file(&sp.path)?;
+        }
+        Ok(())
+    }
+}
+
+/// Copies byte ranges of `from` to `to` (the kernel copies file to file).
+pub(super) fn copy_ranges<W: Write>(
+    from: &mut File,
+    ranges: &[(u64, u64)],
+    to: &mut W,
+) -> io::Result<()> {
+    for &(off, len) in ranges {
+        from.seek(SeekFrom::Start(off))?;
+        let copied = io::copy(&mut Read::by_ref(from).take(len), to)?;
+        if copied != len {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!("spool shorter than expected: {copied} of {len} bytes at offset {off}"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+impl Writer<File> {
+    /// Creates the final file `path` (exclusively, with `.1`, `.2`, … when the
+    /// name is taken; the extension `.mlyze` is appended when missing) and its
+    /// spool `FINAL.spool` next to it. Returns the writer and the final name.
+    /// The final file stays empty until `finish`; `flush` makes the spool
+    /// recoverable with [`super::recover`].
+    pub fn create(path: &Path) -> io::Result<(Writer<File>, PathBuf)> {
+        let (out, final_path) = output::create_exclusive(path, "mlyze")?;
+        let (file, spool_path) = match spool::create_spool_file(&final_path) {
+            Ok(x) => x,
+            Err(e) => {
+                drop(out);
+                let _ = std::fs::remove_file(&final_path);
+                return Err(e);
+            }
+        };
+        let mut w = Writer::new(out);
+        w.t.log = Some(Vec::with_capacity(1 << 12));
+        w.events = Vec::with_capacity(SPILL_AT + super::MAX_EVENT);
+        w.spool = Some(SpoolFile {
+            file,
+            path: spool_path,
+            len: spool::SPOOL_HEADER_LEN as u64,
+            event_ranges: Vec::new(),
+        });
+        Ok((w, final_path))
+    }
+
+    /// Path of the spool file, while the writer is open.
+    pub fn spool_path(&self) -> Option<&Path> {
+        self.spool.as_ref().map(|s| s.path.as_path())
+    }
+}
+
+impl<W: Write + Send> TraceWriter for Writer<W> {
+    fn write(&mut self, record: &Record) -> io::Result<()> {
+        self.write_record(record)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.spill()
+    }
+
+    fn finish(self: Box<Self>) -> io::Result<()> {
+        (*self).finish_inner()
+    }
+}
+
+impl<W: Write> Writer<W> {
+    /// Completes the file (same as [`TraceWriter::finish`], without boxing).
+    pub fn finish(self) -> io::Result<()> {
+        self.finish_inner()
+    }
+}

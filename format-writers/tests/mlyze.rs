@@ -1,0 +1,1095 @@
+//! mlyze: golden bytes from the document, round trips, a document-only reader,
+//! the original recorder's sample, spool recovery.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use format_writers::mlyze::{self, Reader, Writer};
+use format_writers::*;
+use proptest::prelude::*;
+
+// ---------------------------------------------------------------- helpers
+
+fn write_all(records: &[Record]) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut w = Writer::new(&mut out);
+    for r in records {
+        w.write(r).unwrap();
+    }
+    w.finish().unwrap();
+    out
+}
+
+fn read_all(bytes: &[u8]) -> Vec<Record> {
+    Reader::new(bytes)
+        .collect::<Result<Vec<_>>>()
+        .unwrap_or_else(|e| panic!("read failed: {e}"))
+}
+
+fn meta_len(file: &[u8]) -> usize {
+    u32::from_le_bytes(file[16..20].try_into().unwrap()) as usize
+}
+
+/// The event stream: everything after the header and the metadata.
+fn events_part(file: &[u8]) -> &[u8] {
+    &file[256 + meta_len(file)..]
+}
+
+fn alloc(time_ns: u64, thread: u32, address: u64, size: u64, stack: u64) -> Record {
+    Record::Event(Event::Alloc(Alloc {
+        time_ns,
+        thread,
+        address,
+        size,
+        stack,
+    }))
+}
+
+fn free(time_ns: u64, thread: u32, address: u64) -> Record {
+    Record::Event(Event::Free(Free {
+        time_ns,
+        thread,
+        address,
+    }))
+}
+
+fn sym(function: &str, file: &str, line: u32) -> Option<Symbol> {
+    Some(Symbol {
+        function: function.into(),
+        file: file.into(),
+        line,
+    })
+}
+
+fn scratch_dir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("mlyze-test-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+// ---------------------------------------------------------------- 1. golden bytes
+
+#[test]
+fn golden_header() {
+    // Process start 0x0001020304050607 µs (+999 ns that µs cannot hold); no events,
+    // so the header's start is the process start.
+    let file = write_all(&[Record::Process(Process {
+        pid: 7,
+        start_time_ns: 0x0001_0203_0405_0607 * 1000 + 999,
+        ..Process::default()
+    })]);
+    // "| 0 | 4 | char[] | Magic bytes: "MTRC" |"
+    assert_eq!(&file[0..4], b"MTRC");
+    // "| 4 | 4 | uint32 | Format version (1) |", little-endian ("Cross-platform")
+    assert_eq!(&file[4..8], &[1, 0, 0, 0]);
+    // "| 8 | 8 | uint64 | Start timestamp (microseconds) |"
+    assert_eq!(&file[8..16], &[7, 6, 5, 4, 3, 2, 1, 0]);
+    // "| 16 | 4 | uint32 | Metadata length in bytes |": the JSON runs to the end
+    // (no events), so the length is everything after the 256-byte header.
+    let len = file.len() - 256;
+    assert_eq!(&file[16..20], &(len as u32).to_le_bytes());
+    // "| 20 | 236 | - | Reserved (padding) |"
+    assert!(file[20..256].iter().all(|&b| b == 0));
+    // "Immediately follows the header": JSON object with the three documented keys.
+    let v: serde_json::Value = serde_json::from_slice(&file[256..]).unwrap();
+    for key in ["stack_traces", "files", "functions"] {
+        assert!(v[key].is_object(), "{key}");
+    }
+}
+
+#[test]
+fn golden_events() {
+    let t0 = 1_000_000_000u64; // µs; the first event defines the start (no Process)
+    let ns = |us: u64| us * 1000;
+    let records = vec![
+        // ALLOC at the start: delta 0; addr 0x1000; size 128; stack 1; first thread → slot 0.
+        alloc(ns(t0), 4242, 0x1000, 128, 1),
+        // ALLOC 127 µs later, size 127, stack 2^32-1, second thread → slot 1.
+        alloc(
+            ns(t0 + 127),
+            77,
+            0x1122_3344_5566_7788,
+            127,
+            u32::MAX as u64,
+        ),
+        // FREE 128 µs later.
+        free(ns(t0 + 255), 4242, 0x1000),
+        // GC 16384 µs later: 0 objects, 2^64-1 bytes.
+        Record::Event(Event::Gc(Gc {
+            time_ns: ns(t0 + 255 + 16_384),
+            objects: 0,
+            bytes: u64::MAX,
+        })),
+        // MARKER 1 µs later; "phase" is the first name put in "functions" → id 0.
+        Record::Event(Event::Marker(Marker {
+            time_ns: ns(t0 + 255 + 16_384 + 1),
+            thread: 4242,
+            name: "phase".into(),
+        })),
+        // ALLOC of 2^64-1 bytes, stack 0, same time (delta 0), first thread again → slot 0.
+        alloc(ns(t0 + 255 + 16_384 + 1), 4242, 0, u64::MAX, 0),
+    ];
+    let file = write_all(&records);
+    // Header start timestamp = t0 µs.
+    assert_eq!(&file[8..16], &t0.to_le_bytes());
+    #[rustfmt::skip]
+    let expected: Vec<u8> = vec![
+        // ALLOC: "Type: uint8 = 0", "Delta: varint" (0 → 0x00), "Address: uint64" LE,
+        // "Size: varint" (128 → 0x80 0x01, the document's example), "Stack ID: varint" 1,
+        // "Thread: uint16" slot 0.
+        0x00, 0x00, 0x00, 0x10, 0, 0, 0, 0, 0, 0, 0x80, 0x01, 0x01, 0x00, 0x00,
+        // ALLOC: delta 127 → 0x7f (document example), address LE, size 127 → 0x7f,
+        // stack 2^32-1 → ff ff ff ff 0f, slot 1.
+        0x00, 0x7f, 0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11, 0x7f,
+        0xff, 0xff, 0xff, 0xff, 0x0f, 0x01, 0x00,
+        // FREE: "Type: uint8 = 1", delta 128 → 0x80 0x01, address 0x1000.
+        0x01, 0x80, 0x01, 0x00, 0x10, 0, 0, 0, 0, 0, 0,
+        // GC: "Type: uint8 = 2", delta 16384 → 0x80 0x80 0x01 (document example),
+        // objects 0 → 0x00, bytes 2^64-1 → nine 0xff then 0x01.
+        0x02, 0x80, 0x80, 0x01, 0x00,
+        0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01,
+        // MARKER: "Type: uint8 = 3", delta 1, "Name ID: varint" 0.
+        0x03, 0x01, 0x00,
+        // ALLOC: delta 0, address 0, size 2^64-1, stack 0, slot 0.
+        0x00, 0x00, 0, 0, 0, 0, 0, 0, 0, 0,
+        0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01, 0x00, 0x00, 0x00,
+    ];
+    assert_eq!(events_part(&file), &expected[..]);
+    let v: serde_json::Value = serde_json::from_slice(&file[256..256 + meta_len(&file)]).unwrap();
+    assert_eq!(v["functions"]["0"], "phase");
+    // The slot map: slot 0 = tid 4242 from event 0, slot 1 = tid 77 from event 1.
+    assert_eq!(
+        v["libtracer"]["thread_slots"],
+        serde_json::json!([[0, 0, 4242], [1, 1, 77]])
+    );
+    assert_eq!(v["libtracer"]["marker_threads"], serde_json::json!([4242]));
+}
+
+#[test]
+fn golden_stack_metadata() {
+    // frames[0] innermost in the model; the file lists the outermost first, like
+    // the document's example ("main" before "process_data").
+    let stack = Stack {
+        id: 3,
+        frames: vec![
+            Frame {
+                address: 0x401010,
+                symbol: sym("process_data", "/path/to/other.py", 123),
+            },
+            Frame {
+                address: 0x400500,
+                symbol: sym("main", "/path/to/file.py", 42),
+            },
+            Frame {
+                address: 0x7f00_0000_1234,
+                symbol: None,
+            },
+        ],
+    };
+    let file = write_all(&[Record::Stack(stack)]);
+    let v: serde_json::Value = serde_json::from_slice(&file[256..]).unwrap();
+    // Ids are assigned as frames arrive (innermost first); the unresolved frame
+    // gets function "??" and file "" (ids 2). Listed outermost first.
+    assert_eq!(
+        v["functions"],
+        serde_json::json!({"0": "process_data", "1": "main", "2": "??"})
+    );
+    assert_eq!(
+        v["files"],
+        serde_json::json!({"0": "/path/to/other.py", "1": "/path/to/file.py", "2": ""})
+    );
+    assert_eq!(
+        v["stack_traces"]["3"],
+        serde_json::json!([
+            {"file_id": 2, "line": 0, "func_id": 2},
+            {"file_id": 1, "line": 42, "func_id": 1},
+            {"file_id": 0, "line": 123, "func_id": 0},
+        ])
+    );
+    assert_eq!(v["libtracer"]["unresolved_function"], 2);
+    assert_eq!(
+        v["libtracer"]["stack_addresses"]["3"],
+        serde_json::json!([0x7f00_0000_1234u64, 0x400500, 0x401010])
+    );
+}
+
+// ---------------------------------------------------------------- 3. document-only reader
+
+/// What a program knowing only the document sees.
+#[derive(Debug, Default)]
+struct DocTrace {
+    start_us: u64,
+    /// stack id → [(file, line, function)], as listed.
+    stacks: BTreeMap<u64, Vec<(String, u64, String)>>,
+    /// (type, absolute µs, fields…)
+    events: Vec<DocEvent>,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum DocEvent {
+    Alloc {
+        us: u64,
+        addr: u64,
+        size: u64,
+        stack: u64,
+        thread: u16,
+    },
+    Free {
+        us: u64,
+        addr: u64,
+    },
+    Gc {
+        us: u64,
+        objects: u64,
+        bytes: u64,
+    },
+    Marker {
+        us: u64,
+        name: String,
+    },
+}
+
+fn doc_read(file: &[u8]) -> DocTrace {
+    // "Reading Algorithm": header, metadata, then events until the file ends.
+    assert_eq!(&file[0..4], b"MTRC");
+    assert_eq!(u32::from_le_bytes(file[4..8].try_into().unwrap()), 1);
+    let start_us = u64::from_le_bytes(file[8..16].try_into().unwrap());
+    let len = meta_len(file);
+    let meta: serde_json::Value = serde_json::from_slice(&file[256..256 + len]).unwrap();
+    let table = |k: &str| -> HashMap<String, String> {
+        meta[k]
+            .as_object()
+            .unwrap()
+            .iter()
+            .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_string()))
+            .collect()
+    };
+    let files = table("files");
+    let functions = table("functions");
+    let mut stacks = BTreeMap::new();
+    for (id, frames) in meta["stack_traces"].as_object().unwrap() {
+        let frames = frames
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| {
+                let file = &files[&f["file_id"].as_u64().unwrap().to_string()];
+                let func = &functions[&f["func_id"].as_u64().unwrap().to_string()];
+                (file.clone(), f["line"].as_u64().unwrap(), func.clone())
+            })
+            .collect();
+        stacks.insert(id.parse().unwrap(), frames);
+    }
+    let mut p = 256 + len;
+    let varint = |p: &mut usize| {
+        let mut v = 0u64;
+        let mut shift = 0;
+        loop {
+            let b = file[*p];
+            *p += 1;
+            v |= u64::from(b & 0x7f) << shift;
+            shift += 7;
+            if b & 0x80 == 0 {
+                return v;
+            }
+        }
+    };
+    let u64le = |p: &mut usize| {
+        let v = u64::from_le_bytes(file[*p..*p + 8].try_into().unwrap());
+        *p += 8;
+        v
+    };
+    let mut us = start_us;
+    let mut events = Vec::new();
+    while p < file.len() {
+        let ty = file[p];
+        p += 1;
+        us += varint(&mut p);
+        events.push(match ty {
+            0 => {
+                let addr = u64le(&mut p);
+                let size = varint(&mut p);
+                let stack = varint(&mut p);
+                let thread = u16::from_le_bytes([file[p], file[p + 1]]);
+                p += 2;
+                DocEvent::Alloc {
+                    us,
+                    addr,
+                    size,
+                    stack,
+                    thread,
+                }
+            }
+            1 => DocEvent::Free {
+                us,
+                addr: u64le(&mut p),
+            },
+            2 => {
+                let objects = varint(&mut p);
+                let bytes = varint(&mut p);
+                DocEvent::Gc { us, objects, bytes }
+            }
+            3 => DocEvent::Marker {
+                us,
+                name: functions[&varint(&mut p).to_string()].clone(),
+            },
+            t => panic!("document reader: unknown event type {t}"),
+        });
+    }
+    DocTrace {
+        start_us,
+        stacks,
+        events,
+    }
+}
+
+#[test]
+fn document_only_reader_sees_the_documented_fields() {
+    let records = vec![
+        Record::Process(Process {
+            pid: 99,
+            executable: "/bin/app".into(),
+            command_line: vec!["app".into(), "-x".into()],
+            start_time_ns: 5_000_000_000,
+        }),
+        Record::Stack(Stack {
+            id: 10,
+            frames: vec![
+                Frame {
+                    address: 0x1234,
+                    symbol: sym("leaf", "a.c", 10),
+                },
+                Frame {
+                    address: 0x5678,
+                    symbol: sym("main", "main.c", 3),
+                },
+            ],
+        }),
+        Record::Stack(Stack {
+            id: 11,
+            frames: vec![Frame {
+                address: 0x9999,
+                symbol: None,
+            }],
+        }),
+        alloc(5_000_010_000, 100_000, 0xdead0, 24, 10),
+        alloc(5_000_020_500, 100_001, 0xbeef0, 300, 11),
+        free(5_000_030_000, 100_000, 0xdead0),
+        Record::Event(Event::Gc(Gc {
+            time_ns: 5_000_040_000,
+            objects: 3,
+            bytes: 96,
+        })),
+        Record::Event(Event::Marker(Marker {
+            time_ns: 5_000_050_000,
+            thread: 100_001,
+            name: "checkpoint".into(),
+        })),
+    ];
+    let doc = doc_read(&write_all(&records));
+    assert_eq!(doc.start_us, 5_000_000);
+    assert_eq!(
+        doc.stacks[&10],
+        vec![
+            ("main.c".to_string(), 3, "main".to_string()),
+            ("a.c".to_string(), 10, "leaf".to_string())
+        ]
+    );
+    assert_eq!(doc.stacks[&11], vec![(String::new(), 0, "??".to_string())]);
+    assert_eq!(
+        doc.events,
+        vec![
+            DocEvent::Alloc {
+                us: 5_000_010,
+                addr: 0xdead0,
+                size: 24,
+                stack: 10,
+                thread: 0
+            },
+            DocEvent::Alloc {
+                us: 5_000_020,
+                addr: 0xbeef0,
+                size: 300,
+                stack: 11,
+                thread: 1
+            },
+            DocEvent::Free {
+                us: 5_000_030,
+                addr: 0xdead0
+            },
+            DocEvent::Gc {
+                us: 5_000_040,
+                objects: 3,
+                bytes: 96
+            },
+            DocEvent::Marker {
+                us: 5_000_050,
+                name: "checkpoint".into()
+            },
+        ]
+    );
+}
+
+// ---------------------------------------------------------------- 4. the original recorder's sample
+
+fn sample() -> Vec<u8> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/data/memlyze-leak.mlyze");
+    std::fs::read(path).unwrap()
+}
+
+#[test]
+fn original_sample_reads_completely() {
+    let bytes = sample();
+    assert_eq!(bytes.len(), 497);
+    let records = read_all(&bytes);
+    // Header (xxd line 0): start = 61 c9 bf e4 d1 60 06 00 LE = 0x000660d1e4bfc961 µs.
+    let start_us = 0x0006_60d1_e4bf_c961u64;
+    assert_eq!(start_us, 1_795_304_462_469_473);
+    assert_eq!(
+        records[0],
+        Record::Process(Process {
+            start_time_ns: start_us * 1000,
+            ..Process::default()
+        })
+    );
+    let events: Vec<&Event> = records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Event(e) => Some(e),
+            _ => None,
+        })
+        .collect();
+    let count = |f: fn(&Event) -> bool| events.iter().filter(|e| f(e)).count();
+    // Events from 0x132 to the end (0x1f1): 17-byte ALLOCs at 0x132, 0x143, 0x154,
+    // 0x165, 0x182, 0x193, 0x1a4 (size varint 98 01 = 2 bytes), 16-byte ALLOCs at
+    // 0x1b5, 0x1c5, 0x1e1 (one-byte sizes 48, 40, 38), 12-byte FREEs at 0x176, 0x1d5.
+    assert_eq!(count(|e| matches!(e, Event::Alloc(_))), 10);
+    assert_eq!(count(|e| matches!(e, Event::Free(_))), 2);
+    assert_eq!(events.len(), 12);
+    // Every delta is 95 e0 7d = 0x15 + 0x60<<7 + 0x7d<<14 = 2,060,309 µs.
+    let delta = 0x15 + (0x60 << 7) + (0x7d << 14);
+    assert_eq!(delta, 2_060_309u64);
+    // First event at 0x132: 00 | 95 e0 7d | 00×8 | bb 37 | 00 | 80 3b:
+    // size 0x3b + 0x37<<7 = 7099, stack 0, thread 0x3b80 = 15232 (no slot map: raw).
+    assert_eq!(
+        *events[0],
+        Event::Alloc(Alloc {
+            time_ns: (start_us + delta) * 1000,
+            thread: 0x3b80,
+            address: 0,
+            size: 7099,
+            stack: 0,
+        })
+    );
+    // Fifth event at 0x176: 01 | 95 e0 7d | 00×8 — a FREE of address 0.
+    assert_eq!(
+        *events[4],
+        Event::Free(Free {
+            time_ns: (start_us + 5 * delta) * 1000,
+            thread: 0,
+            address: 0,
+        })
+    );
+    // Last event at 0x1e1: 00 | 95 e0 7d | 00×8 | 38 | 09 | 80 3b: 56 bytes, stack 9.
+    assert_eq!(
+        *events[11],
+        Event::Alloc(Alloc {
+            time_ns: (start_us + 12 * delta) * 1000,
+            thread: 15232,
+            address: 0,
+            size: 56,
+            stack: 9,
+        })
+    );
+    // Stack ids 0..=9 are referenced but the metadata is empty: each gets an empty
+    // stack record right before its first use.
+    let stacks: Vec<u64> = records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Stack(s) => {
+                assert!(s.frames.is_empty());
+                Some(s.id)
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(stacks, (0..10).collect::<Vec<_>>());
+    // The document-only reader agrees on the events.
+    assert_eq!(doc_read(&bytes).events.len(), 12);
+}
+
+#[test]
+fn open_detects_and_reads_the_sample() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/data/memlyze-leak.mlyze");
+    let (format, reader) = open(&path).unwrap();
+    assert_eq!(format, Format::Mlyze);
+    assert_eq!(
+        reader.filter(|r| matches!(r, Ok(Record::Event(_)))).count(),
+        12
+    );
+}
+
+// ---------------------------------------------------------------- errors
+
+#[test]
+fn errors_name_offsets() {
+    let bytes = sample();
+    let err = |b: &[u8]| Reader::new(b).find_map(|r| r.err()).expect("an error");
+    // Truncated inside the last ALLOC (starts at 0x1e1, its thread at 0x1ef).
+    let e = err(&bytes[..0x1f0]);
+    assert!(matches!(e, FormatError::Truncated { .. }), "{e}");
+    assert_eq!(
+        e.offset(),
+        0x1f0,
+        "where the file ends, inside the thread field"
+    );
+    assert!(e.to_string().contains("thread of an ALLOC"), "{e}");
+    // Unknown event type 7 at the second event (0x143).
+    let mut b = bytes.clone();
+    b[0x143] = 7;
+    let e = err(&b);
+    assert_eq!(e.offset(), 0x143);
+    assert!(e.to_string().contains("type 7"), "{e}");
+    // Bad magic, bad version.
+    let mut b = bytes.clone();
+    b[0] = b'X';
+    assert_eq!(err(&b).offset(), 0);
+    let mut b = bytes.clone();
+    b[4] = 2;
+    assert_eq!(err(&b).offset(), 4);
+    // Metadata length beyond the file: truncated at the end of the file.
+    let mut b = bytes.clone();
+    b[16..20].copy_from_slice(&u32::MAX.to_le_bytes());
+    let e = err(&b);
+    assert_eq!(e.offset(), 497);
+    // JSON error: the comma after "{}" at metadata byte 19 becomes 'x' → offset 256 + 19.
+    let mut b = bytes.clone();
+    assert_eq!(b[256 + 19], b',');
+    b[256 + 19] = b'x';
+    assert_eq!(err(&b).offset(), 256 + 19);
+    // An 11-byte varint in the first delta (event at 0x132, delta at 0x133).
+    let mut b = bytes[..0x133].to_vec();
+    b.extend_from_slice(&[0xff; 11]);
+    b.extend_from_slice(&[0; 20]);
+    let e = err(&b);
+    assert_eq!(e.offset(), 0x133);
+}
+
+#[test]
+fn dangling_frame_ids_are_rejected() {
+    let meta = br#"{"stack_traces":{"0":[{"file_id":0,"line":1,"func_id":5}]},"files":{"0":"a"},"functions":{}}"#;
+    let mut file = vec![0u8; 256];
+    file[0..4].copy_from_slice(b"MTRC");
+    file[4] = 1;
+    file[16..20].copy_from_slice(&(meta.len() as u32).to_le_bytes());
+    file.extend_from_slice(meta);
+    let e = Reader::new(&file[..]).find_map(|r| r.err()).unwrap();
+    assert!(e.to_string().contains("func_id 5"), "{e}");
+}
+
+// ---------------------------------------------------------------- 2. round trips
+
+/// What reading back must give, by the rules of docs/formats/mlyze.md: metadata
+/// records first (process, info, objects, threads, stacks by id, address
+/// symbols), then events with µs times clamped to never run backwards, FREE
+/// threads lost (0), syscalls dropped, late symbols filled into unresolved frames.
+fn expected(input: &[Record]) -> Vec<Record> {
+    let mut process = None;
+    let mut info = Vec::new();
+    let mut objects = Vec::new();
+    let mut threads = Vec::new();
+    let mut stacks: BTreeMap<u64, Vec<Frame>> = BTreeMap::new();
+    let mut late = Vec::new();
+    let mut events = Vec::new();
+    for r in input {
+        match r {
+            Record::Process(p) => process = Some(p.clone()),
+            Record::Info(p) => info.extend(p.iter().cloned()),
+            Record::Object(o) => objects.push(Record::Object(o.clone())),
+            Record::Thread(t) => threads.push(Record::Thread(t.clone())),
+            Record::Stack(s) => {
+                stacks.insert(s.id, s.frames.clone());
+            }
+            Record::AddressSymbol { address, symbol } => late.push((*address, symbol.clone())),
+            Record::Event(Event::Syscall(_)) => {}
+            Record::Event(e) => events.push(e.clone()),
+        }
+    }
+    let mut out = Vec::new();
+    if let Some(p) = &process {
+        out.push(Record::Process(p.clone()));
+    }
+    if !info.is_empty() {
+        out.push(Record::Info(info));
+    }
+    out.extend(objects);
+    out.extend(threads);
+    let by_addr: HashMap<u64, Symbol> = late.iter().cloned().collect();
+    for (id, mut frames) in stacks.clone() {
+        for f in &mut frames {
+            if f.symbol.is_none() {
+                f.symbol = by_addr.get(&f.address).cloned();
+            }
+        }
+        out.push(Record::Stack(Stack { id, frames }));
+    }
+    for (address, symbol) in late {
+        out.push(Record::AddressSymbol { address, symbol });
+    }
+    let first_us = events.first().and_then(|e| e.time_ns()).map(|t| t / 1000);
+    let mut last_us = match (&process, first_us) {
+        (Some(p), Some(f)) if p.start_time_ns != 0 => (p.start_time_ns / 1000).min(f),
+        (_, Some(f)) => f,
+        _ => 0,
+    };
+    let mut seen: std::collections::HashSet<u64> = stacks.keys().copied().collect();
+    for mut e in events {
+        let us = e.time_ns().unwrap() / 1000;
+        last_us = last_us.max(us);
+        let t = last_us * 1000;
+        match &mut e {
+            Event::Alloc(a) => {
+                a.time_ns = t;
+                if seen.insert(a.stack) {
+                    out.push(Record::Stack(Stack {
+                        id: a.stack,
+                        frames: Vec::new(),
+                    }));
+                }
+            }
+            Event::Free(f) => {
+                f.time_ns = t;
+                f.thread = 0;
+            }
+            Event::Gc(g) => g.time_ns = t,
+            Event::Marker(m) => m.time_ns = t,
+            Event::Syscall(_) => unreachable!(),
+        }
+        out.push(Record::Event(e));
+    }
+    out
+}
+
+fn boundary_u64() -> impl Strategy<Value = u64> {
+    prop_oneof![
+        Just(0u64),
+        Just(1),
+        Just(127),
+        Just(128),
+        Just(16_383),
+        Just(16_384),
+        Just(u32::MAX as u64),
+        Just(u64::MAX),
+        Just(u64::MAX - 1),
+        any::<u64>(),
+        0u64..1000,
+    ]
+}
+
+fn boundary_u32() -> impl Strategy<Value = u32> {
+    prop_oneof![
+        Just(0u32),
+        Just(1),
+        Just(65_535),
+        Just(65_536),
+        Just(u32::MAX),
+        any::<u32>(),
+        1u32..5,
+    ]
+}
+
+fn text() -> impl Strategy<Value = String> {
+    prop_oneof![
+        3 => Just(String::new()),
+        1 => Just("??".to_string()),
+        1 => Just("\u{0}\u{1f}\"\\\n\t\u{7f}".to_string()),
+        6 => "[a-z_:]{1,12}",
+        3 => "\\PC{0,40}",
+        1 => "[a-z]{2000,3000}",
+    ]
+}
+
+fn symbol() -> impl Strategy<Value = Symbol> {
+    (text(), text(), boundary_u32()).prop_map(|(function, file, line)| Symbol {
+        function,
+        file,
+        line,
+    })
+}
+
+fn frame() -> impl Strategy<Value = Frame> {
+    (
+        prop_oneof![boundary_u64(), 0x1000u64..0x1010],
+        prop::option::of(symbol()),
+    )
+        .prop_map(|(address, symbol)| Frame { address, symbol })
+}
+
+fn event(stack_ids: Vec<u64>) -> impl Strategy<Value = Record> {
+    let stack = prop_oneof![
+        4 => prop::sample::select(if stack_ids.is_empty() { vec![0] } else { stack_ids }),
+        1 => boundary_u64(),
+    ];
+    let time = prop_oneof![
+        boundary_u64(),
+        1_700_000_000_000_000_000u64..1_700_000_000_100_000_000
+    ];
+    prop_oneof![
+        (
+            time.clone(),
+            boundary_u32(),
+            boundary_u64(),
+            boundary_u64(),
+            stack
+        )
+            .prop_map(|(t, th, a, s, st)| alloc(t, th, a, s, st)),
+        (time.clone(), boundary_u32(), boundary_u64()).prop_map(|(t, th, a)| free(t, th, a)),
+        (time.clone(), boundary_u64(), boundary_u64()).prop_map(|(time_ns, objects, bytes)| {
+            Record::Event(Event::Gc(Gc {
+                time_ns,
+                objects,
+                bytes,
+            }))
+        }),
+        (time.clone(), boundary_u32(), text()).prop_map(|(time_ns, thread, name)| {
+            Record::Event(Event::Marker(Marker {
+                time_ns,
+                thread,
+                name,
+            }))
+        }),
+        time.prop_map(|t| Record::Event(Event::Syscall(Syscall {
+            number: 1,
+            time_ns: Some(t),
+            ..Syscall::default()
+        }))),
+    ]
+}
+
+fn trace() -> impl Strategy<Value = Vec<Record>> {
+    let process = prop::option::of(
+        (
+            boundary_u32(),
+            text(),
+            prop::collection::vec(text(), 0..4),
+            boundary_u64(),
+        )
+            .prop_map(|(pid, executable, command_line, start_time_ns)| {
+                Record::Process(Process {
+                    pid,
+                    executable,
+                    command_line,
+                    start_time_ns,
+                })
+            }),
+    );
+    let stacks = prop::collection::btree_map(
+        boundary_u64(),
+        prop_oneof![
+            4 => prop::collection::vec(frame(), 0..6),
+            1 => prop::collection::vec(frame(), 100..300),
+        ],
+        0..6,
+    );
+    let meta = (
+        process,
+        prop::collection::vec(
+            (text(), boundary_u64(), boundary_u64()).prop_map(|(path, load_address, size)| {
+                Record::Object(Object {
+                    path,
+                    load_address,
+                    size,
+                })
+            }),
+            0..3,
+        ),
+        prop::collection::vec(
+            (boundary_u32(), text()).prop_map(|(tid, name)| Record::Thread(Thread { tid, name })),
+            0..3,
+        ),
+        prop::collection::vec((text(), text()), 0..3),
+        prop::collection::vec(
+            (0x1000u64..0x1010, symbol())
+                .prop_map(|(address, symbol)| Record::AddressSymbol { address, symbol }),
+            0..4,
+        ),
+        stacks,
+    );
+    meta.prop_flat_map(|(process, objects, threads, info, late, stacks)| {
+        let ids: Vec<u64> = stacks.keys().copied().collect();
+        let mut head: Vec<Record> = process.into_iter().collect();
+        head.extend(objects);
+        head.extend(threads);
+        if !info.is_empty() {
+            head.push(Record::Info(info));
+        }
+        for (id, frames) in stacks {
+            head.push(Record::Stack(Stack { id, frames }));
+        }
+        (
+            Just(head),
+            prop::collection::vec(event(ids), 0..60),
+            Just(late),
+        )
+            .prop_map(|(mut head, events, late)| {
+                head.extend(events);
+                head.extend(late);
+                head
+            })
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    #[test]
+    fn round_trip(input in trace()) {
+        let file = write_all(&input);
+        let got = read_all(&file);
+        prop_assert_eq!(got, expected(&input));
+        // The document-only reader reads the same number of events.
+        let n = input.iter().filter(|r| matches!(r, Record::Event(e) if !matches!(e, Event::Syscall(_)))).count();
+        prop_assert_eq!(doc_read(&file).events.len(), n);
+    }
+
+    #[test]
+    fn one_byte_reads_match_buffered_reads(input in trace()) {
+        let file = write_all(&input);
+        let slow: Vec<Record> = Reader::new(OneByte(&file)).collect::<Result<_>>().unwrap();
+        prop_assert_eq!(slow, read_all(&file));
+    }
+}
+
+/// A reader that returns one byte per call, forcing the cross-buffer path.
+struct OneByte<'a>(&'a [u8]);
+
+impl Read for OneByte<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.0.is_empty() || buf.is_empty() {
+            return Ok(0);
+        }
+        buf[0] = self.0[0];
+        self.0 = &self.0[1..];
+        Ok(1)
+    }
+}
+
+#[test]
+fn more_than_65536_threads_stay_distinct() {
+    // 70,000 distinct tids, then the first 10 again (their slots were reused by
+    // tids 65,536.. in between), then a tid above 16 bits.
+    let mut input = vec![Record::Stack(Stack::default())];
+    let mut t = 1_000_000u64;
+    let mut tids: Vec<u32> = (0..70_000u32).map(|i| 100_000 + i).collect();
+    tids.extend((0..10u32).map(|i| 100_000 + i));
+    tids.push(4_000_000);
+    tids.push(100_000 + 69_999);
+    for &tid in &tids {
+        t += 1000;
+        input.push(alloc(t, tid, u64::from(tid), 1, 0));
+    }
+    let file = write_all(&input);
+    let got: Vec<u32> = read_all(&file)
+        .into_iter()
+        .filter_map(|r| match r {
+            Record::Event(Event::Alloc(a)) => {
+                assert_eq!(a.address, u64::from(a.thread));
+                Some(a.thread)
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(got, tids);
+}
+
+#[test]
+fn out_of_order_times_clamp_to_zero_deltas() {
+    let file = write_all(&[
+        alloc(10_000_000, 1, 1, 1, 0),
+        alloc(9_000_000, 1, 2, 1, 0), // 1 ms earlier: delta 0, keeps 10 ms
+        alloc(10_500_000, 1, 3, 1, 0),
+    ]);
+    let times: Vec<u64> = read_all(&file)
+        .iter()
+        .filter_map(|r| match r {
+            Record::Event(e) => e.time_ns(),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(times, vec![10_000_000, 10_000_000, 10_500_000]);
+    // deltas on the wire: 0, 0, 500 (→ f4 03); each ALLOC here is 1+1+8+1+1+2 = 14 bytes.
+    let ev = events_part(&file);
+    assert_eq!(ev.len(), 14 + 14 + 15);
+    assert_eq!(ev[1], 0);
+    assert_eq!(ev[15], 0);
+    assert_eq!(&ev[28..31], &[0x00, 0xf4, 0x03]);
+}
+
+// ---------------------------------------------------------------- 6. spool and recovery
+
+fn sample_records(n: usize, base: u64) -> Vec<Record> {
+    let mut v = vec![Record::Stack(Stack {
+        id: base,
+        frames: vec![Frame {
+            address: 0x4000 + base,
+            symbol: if base & 1 == 0 {
+                sym("f", "f.c", 1)
+            } else {
+                None
+            },
+        }],
+    })];
+    for i in 0..n as u64 {
+        v.push(alloc(
+            1_700_000_000_000_000_000 + (base * 1000 + i) * 1000,
+            (base + i % 3) as u32,
+            0x10_0000 + i * 16,
+            i,
+            base,
+        ));
+    }
+    v
+}
+
+#[test]
+fn killed_writer_leaves_a_recoverable_spool() {
+    let dir = scratch_dir("kill");
+    let (mut w, final_path) = Writer::create(&dir.join("run")).unwrap();
+    assert_eq!(final_path, dir.join("run.mlyze"));
+    let spool = w.spool_path().unwrap().to_path_buf();
+    assert_eq!(spool, dir.join("run.mlyze.spool"));
+    let mut flushed = vec![
+        Record::Process(Process {
+            pid: 1,
+            executable: "/bin/x".into(),
+            command_line: vec!["x".into()],
+            start_time_ns: 1_700_000_000_000_000_000,
+        }),
+        Record::Thread(Thread {
+            tid: 1,
+            name: "main".into(),
+        }),
+        Record::Object(Object {
+            path: "/lib/libc.so.6".into(),
+            load_address: 0x7f00_0000_0000,
+            size: 0x20_0000,
+        }),
+        Record::Info(vec![("kernel".into(), "6.1".into())]),
+    ];
+    flushed.extend(sample_records(1000, 0));
+    flushed.extend(sample_records(10, 1));
+    flushed.push(Record::AddressSymbol {
+        address: 0x4001,
+        symbol: Symbol {
+            function: "late".into(),
+            file: "l.c".into(),
+            line: 9,
+        },
+    });
+    flushed.push(Record::Event(Event::Marker(Marker {
+        time_ns: 1_800_000_000_000_000_000,
+        thread: 2,
+        name: "m".into(),
+    })));
+    for r in &flushed {
+        w.write(r).unwrap();
+    }
+    w.flush().unwrap();
+    // Written after the last flush: lost with the process.
+    for r in sample_records(5, 2) {
+        w.write(&r).unwrap();
+    }
+    drop(w); // the process is killed: no finish
+
+    assert_eq!(std::fs::metadata(&final_path).unwrap().len(), 0);
+    let (path, stats) = mlyze::recover(&spool).unwrap();
+    assert_eq!(
+        path, final_path,
+        "the reserved empty file is filled in place"
+    );
+    assert_eq!(stats.torn_tail_bytes, 0);
+    let recovered = std::fs::read(&path).unwrap();
+    assert_eq!(read_all(&recovered), expected(&flushed));
+    // Byte-identical to what an in-memory writer produces from the flushed records.
+    assert_eq!(recovered, write_all(&flushed));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn torn_last_chunk_is_dropped() {
+    let dir = scratch_dir("torn");
+    let (mut w, final_path) = Writer::create(&dir.join("t.mlyze")).unwrap();
+    let spool = w.spool_path().unwrap().to_path_buf();
+    let first = sample_records(100, 4);
+    for r in &first {
+        w.write(r).unwrap();
+    }
+    w.flush().unwrap();
+    let len_after_first = std::fs::metadata(&spool).unwrap().len();
+    for r in sample_records(100, 6) {
+        w.write(&r).unwrap();
+    }
+    w.flush().unwrap();
+    drop(w);
+    // Cut the spool 7 bytes into the second flush's last chunk (a kill mid-write).
+    let full = std::fs::read(&spool).unwrap();
+    let cut = full.len() - 7;
+    std::fs::write(&spool, &full[..cut]).unwrap();
+    let (path, stats) = mlyze::recover(&spool).unwrap();
+    assert_eq!(path, final_path);
+    // The second flush wrote a log chunk then an events chunk; the events chunk is torn.
+    assert!(stats.torn_tail_bytes > 0 && (cut as u64) > len_after_first);
+    let got = read_all(&std::fs::read(&path).unwrap());
+    let mut expect_in = first.clone();
+    expect_in.extend(sample_records(0, 6)); // the second log chunk (its stack) survived
+    assert_eq!(got, expected(&expect_in));
+    // Recovering again cannot overwrite the now non-empty file: a new name.
+    let (again, _) = mlyze::recover(&spool).unwrap();
+    assert_eq!(again, dir.join("t.1.mlyze"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn finish_writes_the_same_bytes_as_the_in_memory_writer_and_removes_the_spool() {
+    let dir = scratch_dir("finish");
+    let (mut w, final_path) = Writer::create(&dir.join("f")).unwrap();
+    let spool = w.spool_path().unwrap().to_path_buf();
+    let mut all = Vec::new();
+    for k in 0..5u64 {
+        // Enough events to cross the 1 MiB spill threshold once.
+        let part = sample_records(if k == 2 { 90_000 } else { 100 }, k);
+        for r in &part {
+            w.write(r).unwrap();
+        }
+        w.flush().unwrap();
+        all.extend(part);
+    }
+    Box::new(w).finish().unwrap();
+    assert!(!spool.exists());
+    let bytes = std::fs::read(&final_path).unwrap();
+    assert_eq!(bytes, write_all(&all));
+    assert_eq!(read_all(&bytes), expected(&all));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn create_never_overwrites() {
+    let dir = scratch_dir("excl");
+    std::fs::write(dir.join("a.mlyze"), b"keep").unwrap();
+    std::fs::write(dir.join("a.1.mlyze.spool"), b"keep").unwrap();
+    let (w, p) = Writer::create(&dir.join("a.mlyze")).unwrap();
+    assert_eq!(p, dir.join("a.1.mlyze"));
+    assert_eq!(w.spool_path().unwrap(), dir.join("a.1.mlyze.spool.1"));
+    assert_eq!(std::fs::read(dir.join("a.mlyze")).unwrap(), b"keep");
+    assert_eq!(std::fs::read(dir.join("a.1.mlyze.spool")).unwrap(), b"keep");
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(w.spool_path().unwrap())
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600);
+    drop(w);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
