@@ -1,1 +1,170 @@
-//! libtracer.so (placeholder while the interposition layer is written).
+//! libtracer.so: `LD_PRELOAD` it into any dynamically linked glibc program to
+//! record every allocation and free, with its stack, into a trace file.
+//!
+//! The crate root is the table of contents: the modules, then the complete
+//! list of C symbols the library exports (its ABI). Each exported function is
+//! a one-line forward to its body in [`hooks`]; `no_mangle` is applied outside
+//! unit tests only, so the test binary keeps the system's allocator.
+//!
+//! | module | role |
+//! | --- | --- |
+//! | [`sys`] | raw libc/kernel facilities, glibc's `__libc_*` allocator |
+//! | [`alloc`] | the tracer's own heap (`#[global_allocator]` over `__libc_*`) |
+//! | [`tls`] | per-thread guard, tid, stack bounds, sent-stack cache |
+//! | [`hooks`] | bodies of the exported functions |
+//! | [`lifecycle`] | state machine, start-up, hand-off, fork, exec, exit |
+//! | [`unwind`] | stack capture: `dwarf` (default) and `fp` |
+//! | [`intern`] | stack keys and the writer's stack table |
+//! | [`writer`] | the background writer thread |
+//! | [`objects`] | loaded objects from `dl_iterate_phdr` |
+//! | [`fds`] | keeping the trace descriptors out of the program's reach |
+//! | [`config`] | `TRACER_*` environment variables |
+//! | [`preload`] | `LD_PRELOAD` editing for `TRACER_FOLLOW_EXEC=0` |
+
+pub mod alloc;
+pub mod config;
+pub mod fds;
+pub mod hooks;
+pub mod intern;
+pub mod lifecycle;
+pub mod objects;
+pub mod preload;
+pub mod sys;
+pub mod tls;
+pub mod unwind;
+pub mod writer;
+
+use libc::{c_char, c_int, c_uint, c_void, size_t};
+
+#[global_allocator]
+static TRACER_HEAP: alloc::LibcAlloc = alloc::LibcAlloc;
+
+#[cfg(not(test))]
+#[ctor::ctor]
+fn tracer_constructor() {
+    lifecycle::constructor();
+}
+
+// ------------------------------------------------------------------ the ABI
+// SAFETY (all below): these are the C library's contracts; the caller passes
+// what the C function of the same name accepts, and each body upholds it.
+
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn malloc(size: size_t) -> *mut c_void {
+    hooks::malloc(size)
+}
+
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn free(ptr: *mut c_void) {
+    hooks::free(ptr)
+}
+
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn calloc(n: size_t, size: size_t) -> *mut c_void {
+    hooks::calloc(n, size)
+}
+
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn realloc(ptr: *mut c_void, size: size_t) -> *mut c_void {
+    hooks::realloc(ptr, size)
+}
+
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn reallocarray(ptr: *mut c_void, n: size_t, size: size_t) -> *mut c_void {
+    hooks::reallocarray(ptr, n, size)
+}
+
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn posix_memalign(out: *mut *mut c_void, align: size_t, size: size_t) -> c_int {
+    hooks::posix_memalign(out, align, size)
+}
+
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn aligned_alloc(align: size_t, size: size_t) -> *mut c_void {
+    hooks::aligned_alloc(align, size)
+}
+
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn memalign(align: size_t, size: size_t) -> *mut c_void {
+    hooks::memalign(align, size)
+}
+
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn valloc(size: size_t) -> *mut c_void {
+    hooks::valloc(size)
+}
+
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn pvalloc(size: size_t) -> *mut c_void {
+    hooks::pvalloc(size)
+}
+
+/// Puts a named marker into the trace.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn tracer_marker(name: *const c_char) {
+    hooks::marker(name)
+}
+
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn close(fd: c_int) -> c_int {
+    hooks::close(fd)
+}
+
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
+    hooks::dup2(old, new)
+}
+
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
+    hooks::dup3(old, new, flags)
+}
+
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) -> c_int {
+    hooks::close_range(first, last, flags)
+}
+
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn closefrom(low: c_int) {
+    hooks::closefrom(low)
+}
+
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn execve(
+    path: *const c_char,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+) -> c_int {
+    hooks::execve(path, argv, envp)
+}
+
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn execv(path: *const c_char, argv: *const *const c_char) -> c_int {
+    hooks::execv(path, argv)
+}
+
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn execvp(file: *const c_char, argv: *const *const c_char) -> c_int {
+    hooks::execvp(file, argv)
+}
+
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn execvpe(
+    file: *const c_char,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+) -> c_int {
+    hooks::execvpe(file, argv, envp)
+}
+
+#[cfg_attr(not(test), no_mangle)]
+pub extern "C" fn _exit(status: c_int) -> ! {
+    hooks::exit_now(status)
+}
+
+#[allow(non_snake_case)]
+#[cfg_attr(not(test), no_mangle)]
+pub extern "C" fn _Exit(status: c_int) -> ! {
+    hooks::exit_now(status)
+}

@@ -1,0 +1,341 @@
+//! Configuration from the `TRACER_*` environment variables (interface.md).
+//!
+//! Pure logic, no I/O: [`Config::from_lookup`] takes a lookup function and
+//! returns the configuration plus the complaints to print, one line each. A
+//! bad value never stops the traced program: the default is used, or tracing
+//! is disabled when nothing sensible remains.
+
+use format_writers::Format;
+
+/// Largest `TRACER_STACK_DEPTH` accepted.
+pub const MAX_DEPTH: usize = 256;
+pub const DEFAULT_DEPTH: usize = 64;
+pub const DEFAULT_OUTPUT: &str = "tracer-%e-%p";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unwind {
+    /// Walk the frame-pointer chain (fast, needs frame pointers everywhere).
+    Fp,
+    /// Table-driven unwinding with `.eh_frame` (complete without frame pointers).
+    Dwarf,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// Allocation trace formats to write, one file each (never empty when
+    /// `enabled`).
+    pub formats: Vec<Format>,
+    /// `TRACER_FORMAT` asked for `tlv` (syscall capture is not available yet).
+    pub wants_syscalls: bool,
+    pub output: String,
+    pub stack_depth: usize,
+    pub unwind: Unwind,
+    pub follow_fork: bool,
+    pub follow_exec: bool,
+    pub quiet: bool,
+    pub manifest: Option<String>,
+    /// False when nothing is left to write.
+    pub enabled: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            formats: vec![Format::Mlyze],
+            wants_syscalls: false,
+            output: DEFAULT_OUTPUT.to_string(),
+            stack_depth: DEFAULT_DEPTH,
+            unwind: Unwind::Dwarf,
+            follow_fork: true,
+            follow_exec: true,
+            quiet: false,
+            manifest: None,
+            enabled: true,
+        }
+    }
+}
+
+impl Config {
+    /// Reads the configuration; `get` returns a variable's value if set.
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> (Config, Vec<String>) {
+        let mut c = Config::default();
+        let mut complaints = Vec::new();
+
+        if let Some(v) = get("TRACER_FORMAT") {
+            let mut formats = Vec::new();
+            let mut bad = Vec::new();
+            for name in v.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+                match name {
+                    "mlyze" => push_once(&mut formats, Format::Mlyze),
+                    "dumpalloc" => push_once(&mut formats, Format::Dumpalloc),
+                    "tlv" => c.wants_syscalls = true,
+                    other => bad.push(other.to_string()),
+                }
+            }
+            if !bad.is_empty() {
+                complaints.push(format!(
+                    "TRACER_FORMAT: unknown format {} (accepted: mlyze, dumpalloc, tlv)",
+                    quoted_list(&bad)
+                ));
+            }
+            if c.wants_syscalls {
+                complaints.push(
+                    "TRACER_FORMAT: tlv (syscall capture) is not available yet; no syscall trace will be written"
+                        .to_string(),
+                );
+            }
+            if formats.is_empty() && !c.wants_syscalls {
+                if bad.is_empty() {
+                    complaints.push(
+                        "TRACER_FORMAT: empty (accepted: mlyze, dumpalloc, tlv); using mlyze".to_string(),
+                    );
+                } else {
+                    complaints.push("TRACER_FORMAT: no known format left; using mlyze".to_string());
+                }
+                formats.push(Format::Mlyze);
+            }
+            c.enabled = !formats.is_empty();
+            c.formats = formats;
+        }
+
+        if let Some(v) = get("TRACER_OUTPUT") {
+            if v.is_empty() {
+                complaints.push(format!(
+                    "TRACER_OUTPUT: empty (expected a path template with %p %e %t %%); using {DEFAULT_OUTPUT}"
+                ));
+            } else {
+                let unknown = unknown_escapes(&v);
+                if !unknown.is_empty() {
+                    complaints.push(format!(
+                        "TRACER_OUTPUT: unknown escape {} kept as is (accepted: %p %e %t %%)",
+                        quoted_list(&unknown)
+                    ));
+                }
+                c.output = v;
+            }
+        }
+
+        if let Some(v) = get("TRACER_STACK_DEPTH") {
+            match v.trim().parse::<u64>() {
+                Ok(n) if n as usize <= MAX_DEPTH => c.stack_depth = n as usize,
+                Ok(_) => {
+                    complaints.push(format!(
+                        "TRACER_STACK_DEPTH: {v:?} is too large (accepted: 0 to {MAX_DEPTH}); using {MAX_DEPTH}"
+                    ));
+                    c.stack_depth = MAX_DEPTH;
+                }
+                Err(_) => complaints.push(format!(
+                    "TRACER_STACK_DEPTH: {v:?} is not a number (accepted: 0 to {MAX_DEPTH}, 0 for no stacks); using {DEFAULT_DEPTH}"
+                )),
+            }
+        }
+
+        if let Some(v) = get("TRACER_UNWIND") {
+            match v.trim() {
+                "fp" => c.unwind = Unwind::Fp,
+                "dwarf" => c.unwind = Unwind::Dwarf,
+                _ => complaints.push(format!(
+                    "TRACER_UNWIND: {v:?} is not a method (accepted: fp, dwarf); using dwarf"
+                )),
+            }
+        }
+
+        for (name, field) in [
+            ("TRACER_FOLLOW_FORK", &mut c.follow_fork),
+            ("TRACER_FOLLOW_EXEC", &mut c.follow_exec),
+            ("TRACER_QUIET", &mut c.quiet),
+        ] {
+            if let Some(v) = get(name) {
+                match parse_bool(&v) {
+                    Some(b) => *field = b,
+                    None => complaints.push(format!(
+                        "{name}: {v:?} is not 0 or 1; using {}",
+                        if *field { 1 } else { 0 }
+                    )),
+                }
+            }
+        }
+
+        if let Some(v) = get("TRACER_MANIFEST") {
+            if !v.is_empty() {
+                c.manifest = Some(v);
+            }
+        }
+        (c, complaints)
+    }
+}
+
+fn push_once(v: &mut Vec<Format>, f: Format) {
+    if !v.contains(&f) {
+        v.push(f);
+    }
+}
+
+fn quoted_list(items: &[String]) -> String {
+    items.iter().map(|s| format!("{s:?}")).collect::<Vec<_>>().join(", ")
+}
+
+fn parse_bool(v: &str) -> Option<bool> {
+    match v.trim() {
+        "1" | "yes" | "true" | "on" => Some(true),
+        "0" | "no" | "false" | "off" => Some(false),
+        _ => None,
+    }
+}
+
+fn unknown_escapes(template: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut chars = template.chars();
+    while let Some(ch) = chars.next() {
+        if ch == '%' {
+            match chars.next() {
+                Some('p' | 'e' | 't' | '%') => {}
+                Some(other) => out.push(format!("%{other}")),
+                None => out.push("%".to_string()),
+            }
+        }
+    }
+    out
+}
+
+/// What the template's escapes stand for.
+pub struct Names<'a> {
+    pub pid: u32,
+    pub exe: &'a str,
+    pub start_secs: u64,
+}
+
+/// Expands `%p %e %t %%` (unknown escapes stay literally) and applies the
+/// extension rule: a path already ending in `.ext` is kept, otherwise `.ext`
+/// is appended.
+pub fn expand_output(template: &str, names: &Names, ext: &str) -> String {
+    let mut out = String::with_capacity(template.len() + 16);
+    let mut chars = template.chars();
+    while let Some(ch) = chars.next() {
+        if ch != '%' {
+            out.push(ch);
+            continue;
+        }
+        match chars.next() {
+            Some('p') => out.push_str(&names.pid.to_string()),
+            Some('e') => out.push_str(names.exe),
+            Some('t') => out.push_str(&names.start_secs.to_string()),
+            Some('%') => out.push('%'),
+            Some(other) => {
+                out.push('%');
+                out.push(other);
+            }
+            None => out.push('%'),
+        }
+    }
+    let dotted = format!(".{ext}");
+    if !out.ends_with(&dotted) {
+        out.push_str(&dotted);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(vars: &[(&str, &str)]) -> (Config, Vec<String>) {
+        let vars: Vec<(String, String)> =
+            vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        Config::from_lookup(|name| vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone()))
+    }
+
+    #[test]
+    fn defaults_follow_the_interface() {
+        let (c, complaints) = cfg(&[]);
+        assert!(complaints.is_empty());
+        assert_eq!(c.formats, vec![Format::Mlyze]);
+        assert_eq!(c.output, "tracer-%e-%p");
+        assert_eq!(c.stack_depth, 64);
+        assert_eq!(c.unwind, Unwind::Dwarf);
+        assert!(c.follow_fork && c.follow_exec && !c.quiet && c.enabled);
+        assert_eq!(c.manifest, None);
+    }
+
+    #[test]
+    fn formats_are_a_comma_list_without_duplicates() {
+        let (c, complaints) = cfg(&[("TRACER_FORMAT", "dumpalloc, mlyze,dumpalloc")]);
+        assert!(complaints.is_empty());
+        assert_eq!(c.formats, vec![Format::Dumpalloc, Format::Mlyze]);
+    }
+
+    #[test]
+    fn unknown_format_is_one_line_and_falls_back_to_mlyze() {
+        let (c, complaints) = cfg(&[("TRACER_FORMAT", "xml")]);
+        assert_eq!(c.formats, vec![Format::Mlyze]);
+        assert!(complaints[0].starts_with("TRACER_FORMAT: unknown format \"xml\""));
+        assert!(complaints[0].contains("accepted: mlyze, dumpalloc, tlv"));
+        let (c, complaints) = cfg(&[("TRACER_FORMAT", "dumpalloc,xml")]);
+        assert_eq!(c.formats, vec![Format::Dumpalloc]);
+        assert_eq!(complaints.len(), 1);
+    }
+
+    #[test]
+    fn tlv_alone_disables_allocation_tracing_and_says_so() {
+        let (c, complaints) = cfg(&[("TRACER_FORMAT", "tlv")]);
+        assert!(!c.enabled);
+        assert!(c.wants_syscalls);
+        assert_eq!(complaints.len(), 1);
+        assert!(complaints[0].contains("not available yet"));
+        let (c, _) = cfg(&[("TRACER_FORMAT", "tlv,mlyze")]);
+        assert!(c.enabled);
+        assert_eq!(c.formats, vec![Format::Mlyze]);
+    }
+
+    #[test]
+    fn depth_bounds_and_garbage() {
+        assert_eq!(cfg(&[("TRACER_STACK_DEPTH", "0")]).0.stack_depth, 0);
+        assert_eq!(cfg(&[("TRACER_STACK_DEPTH", "256")]).0.stack_depth, 256);
+        let (c, complaints) = cfg(&[("TRACER_STACK_DEPTH", "257")]);
+        assert_eq!(c.stack_depth, 256);
+        assert!(complaints[0].starts_with("TRACER_STACK_DEPTH:"));
+        let (c, complaints) = cfg(&[("TRACER_STACK_DEPTH", "-3")]);
+        assert_eq!(c.stack_depth, 64);
+        assert_eq!(complaints.len(), 1);
+        assert!(complaints[0].contains("accepted: 0 to 256"));
+    }
+
+    #[test]
+    fn unwind_and_switches() {
+        let (c, complaints) = cfg(&[
+            ("TRACER_UNWIND", "fp"),
+            ("TRACER_FOLLOW_FORK", "0"),
+            ("TRACER_FOLLOW_EXEC", "0"),
+            ("TRACER_QUIET", "1"),
+            ("TRACER_MANIFEST", "/tmp/m"),
+        ]);
+        assert!(complaints.is_empty());
+        assert_eq!(c.unwind, Unwind::Fp);
+        assert!(!c.follow_fork && !c.follow_exec && c.quiet);
+        assert_eq!(c.manifest.as_deref(), Some("/tmp/m"));
+        let (c, complaints) = cfg(&[("TRACER_UNWIND", "libunwind"), ("TRACER_QUIET", "maybe")]);
+        assert_eq!(c.unwind, Unwind::Dwarf);
+        assert!(!c.quiet);
+        assert_eq!(complaints.len(), 2);
+        assert!(complaints[1].starts_with("TRACER_QUIET: \"maybe\" is not 0 or 1; using 0"));
+    }
+
+    #[test]
+    fn output_template_expansion_and_extension_rule() {
+        let n = Names { pid: 4242, exe: "python3.11", start_secs: 1700000000 };
+        assert_eq!(expand_output("tracer-%e-%p", &n, "mlyze"), "tracer-python3.11-4242.mlyze");
+        assert_eq!(expand_output("/tmp/x-%t.mlyze", &n, "mlyze"), "/tmp/x-1700000000.mlyze");
+        assert_eq!(expand_output("/tmp/x.mlyze", &n, "dumpalloc"), "/tmp/x.mlyze.dumpalloc");
+        assert_eq!(expand_output("a%%p%q%", &n, "tlv"), "a%p%q%.tlv");
+    }
+
+    #[test]
+    fn bad_output_escapes_are_reported_but_kept() {
+        let (c, complaints) = cfg(&[("TRACER_OUTPUT", "x-%q")]);
+        assert_eq!(c.output, "x-%q");
+        assert!(complaints[0].contains("\"%q\""));
+        let (c, complaints) = cfg(&[("TRACER_OUTPUT", "")]);
+        assert_eq!(c.output, DEFAULT_OUTPUT);
+        assert_eq!(complaints.len(), 1);
+    }
+}

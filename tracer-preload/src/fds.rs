@@ -1,0 +1,175 @@
+//! Keeping the trace files' descriptors out of the program's reach.
+//!
+//! Trace files are parked at high descriptor numbers and registered here. The
+//! program's `close`, `dup2`, `dup3`, `close_range` and `closefrom` pass
+//! through our hooks: closing one of ours pretends success, and a `dup2` onto
+//! one of ours first moves ours elsewhere, so the program can neither close the
+//! trace nor make us write into its own files under a reused number.
+//!
+//! The writer writes through [`FdSink`], which reads the current number from
+//! the registry on every write and announces the write in `BUSY`; a hook that
+//! moves a descriptor waits until no write uses the old number (both sides use
+//! sequentially consistent operations, so one of them always sees the other).
+
+use core::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::io;
+
+use crate::sys;
+
+const SLOTS: usize = 8;
+static FDS: [AtomicI32; SLOTS] = [const { AtomicI32::new(-1) }; SLOTS];
+static BUSY: AtomicBool = AtomicBool::new(false);
+
+/// Registers a descriptor of ours (moving it to a high number first) and
+/// returns its slot, or `None` when the registry is full.
+pub fn register(fd: i32) -> Option<usize> {
+    let high = sys::dup_high(fd, sys::high_fd_base());
+    let fd = if high >= 0 {
+        sys::raw_close(fd);
+        high
+    } else {
+        fd
+    };
+    for (i, slot) in FDS.iter().enumerate() {
+        if slot.compare_exchange(-1, fd, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
+            return Some(i);
+        }
+    }
+    None
+}
+
+/// Closes and forgets the descriptor in `slot`.
+pub fn release(slot: usize) {
+    let fd = FDS[slot].swap(-1, Ordering::SeqCst);
+    if fd >= 0 {
+        sys::raw_close(fd);
+    }
+}
+
+/// Forgets every registered descriptor after closing it (fork child: the
+/// parent's trace files are not ours to write).
+pub fn release_all() {
+    for i in 0..SLOTS {
+        release(i);
+    }
+}
+
+fn slot_of(fd: i32) -> Option<usize> {
+    if fd < 0 {
+        return None;
+    }
+    FDS.iter().position(|s| s.load(Ordering::SeqCst) == fd)
+}
+
+/// Whether `fd` is one of ours.
+pub fn is_ours(fd: i32) -> bool {
+    slot_of(fd).is_some()
+}
+
+/// If `fd` is ours, moves it to another number so the caller may reuse `fd`.
+pub fn evacuate(fd: i32) {
+    let Some(i) = slot_of(fd) else { return };
+    let moved = sys::dup_high(fd, sys::high_fd_base());
+    if moved < 0 {
+        return;
+    }
+    FDS[i].store(moved, Ordering::SeqCst);
+    let mut spins = 0u32;
+    while BUSY.load(Ordering::SeqCst) && spins < 1_000_000 {
+        std::thread::yield_now();
+        spins += 1;
+    }
+    sys::raw_close(fd);
+}
+
+/// The registered descriptors inside `[first, last]`, sorted.
+pub fn ours_in(first: u32, last: u32) -> Vec<u32> {
+    let mut v: Vec<u32> = FDS
+        .iter()
+        .map(|s| s.load(Ordering::SeqCst))
+        .filter(|&fd| fd >= 0 && (fd as u32) >= first && (fd as u32) <= last)
+        .map(|fd| fd as u32)
+        .collect();
+    v.sort_unstable();
+    v
+}
+
+/// Splits `[first, last]` into the sub-ranges that avoid every fd in `holes`
+/// (sorted).
+pub fn split_range(first: u32, last: u32, holes: &[u32]) -> Vec<(u32, u32)> {
+    let mut out = Vec::new();
+    let mut start = first;
+    for &h in holes {
+        if h < start || h > last {
+            continue;
+        }
+        if h > start {
+            out.push((start, h - 1));
+        }
+        match h.checked_add(1) {
+            Some(s) => start = s,
+            None => return out,
+        }
+    }
+    if start <= last {
+        out.push((start, last));
+    }
+    out
+}
+
+/// A `Write` onto the descriptor registered in a slot.
+pub struct FdSink {
+    slot: usize,
+}
+
+impl FdSink {
+    pub fn new(slot: usize) -> Self {
+        FdSink { slot }
+    }
+}
+
+impl io::Write for FdSink {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        loop {
+            BUSY.store(true, Ordering::SeqCst);
+            let fd = FDS[self.slot].load(Ordering::SeqCst);
+            let n = if fd < 0 {
+                -2
+            } else {
+                // SAFETY: pointer and length describe the live slice `buf`.
+                unsafe { libc::write(fd, buf.as_ptr().cast(), buf.len()) }
+            };
+            let err = sys::errno();
+            BUSY.store(false, Ordering::SeqCst);
+            if n >= 0 {
+                return Ok(n as usize);
+            }
+            if n == -2 {
+                return Err(io::Error::from_raw_os_error(libc::EBADF));
+            }
+            if err != libc::EINTR {
+                return Err(io::Error::from_raw_os_error(err));
+            }
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split_range;
+
+    #[test]
+    fn ranges_skip_our_descriptors() {
+        assert_eq!(split_range(3, 100, &[]), vec![(3, 100)]);
+        assert_eq!(split_range(3, 100, &[50]), vec![(3, 49), (51, 100)]);
+        assert_eq!(split_range(3, 100, &[3, 100]), vec![(4, 99)]);
+        assert_eq!(split_range(3, 5, &[3, 4, 5]), Vec::<(u32, u32)>::new());
+        assert_eq!(split_range(3, u32::MAX, &[960, 961]), vec![(3, 959), (962, u32::MAX)]);
+        assert_eq!(split_range(3, u32::MAX, &[u32::MAX]), vec![(3, u32::MAX - 1)]);
+        assert_eq!(split_range(10, 20, &[5, 30]), vec![(10, 20)]);
+    }
+}

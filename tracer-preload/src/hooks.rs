@@ -1,0 +1,303 @@
+//! The bodies of the exported C functions (their list is in `lib.rs`).
+//!
+//! Allocation hooks forward to glibc's own allocator (`__libc_*`), so blocks
+//! stay glibc's (`malloc_usable_size` and friends keep working), and record
+//! exactly what happened: an allocation after the real call returned it, a
+//! free before the real free runs (so an address handed to another thread
+//! can never appear live twice), nothing for a failure or `free(NULL)`.
+//! `posix_memalign`, `aligned_alloc` and `reallocarray` are built on
+//! `__libc_memalign`/`__libc_realloc` with glibc 2.36's checks and error
+//! codes, which needs no `dlsym` and so no bootstrap pool.
+//!
+//! Descriptor, exec and exit hooks protect the trace files and finish them at
+//! the right moments; see `fds` and `lifecycle`.
+
+use libc::{c_char, c_int, c_uint, c_void, size_t};
+
+use crate::{fds, lifecycle, sys, tls};
+
+// ---------------------------------------------------------------- allocation
+
+pub unsafe fn malloc(size: size_t) -> *mut c_void {
+    let p = sys::__libc_malloc(size);
+    if !p.is_null() {
+        lifecycle::on_alloc(p as u64, size as u64, false);
+    }
+    p
+}
+
+pub unsafe fn free(ptr: *mut c_void) {
+    if !ptr.is_null() {
+        lifecycle::on_free(ptr as u64, false);
+    }
+    sys::__libc_free(ptr)
+}
+
+pub unsafe fn calloc(n: size_t, size: size_t) -> *mut c_void {
+    let p = sys::__libc_calloc(n, size);
+    if !p.is_null() {
+        lifecycle::on_alloc(p as u64, (n as u64).wrapping_mul(size as u64), false);
+    }
+    p
+}
+
+pub unsafe fn realloc(ptr: *mut c_void, size: size_t) -> *mut c_void {
+    if ptr.is_null() {
+        return malloc(size);
+    }
+    if size == 0 {
+        // glibc frees the block and returns NULL.
+        lifecycle::on_free(ptr as u64, false);
+        return sys::__libc_realloc(ptr, 0);
+    }
+    lifecycle::on_free(ptr as u64, true);
+    let q = sys::__libc_realloc(ptr, size);
+    if q.is_null() {
+        lifecycle::on_realloc_failed();
+    } else {
+        lifecycle::on_alloc(q as u64, size as u64, true);
+    }
+    q
+}
+
+pub unsafe fn reallocarray(ptr: *mut c_void, n: size_t, size: size_t) -> *mut c_void {
+    match n.checked_mul(size) {
+        Some(total) => realloc(ptr, total),
+        None => {
+            sys::set_errno(libc::ENOMEM);
+            core::ptr::null_mut()
+        }
+    }
+}
+
+pub unsafe fn memalign(align: size_t, size: size_t) -> *mut c_void {
+    let p = sys::__libc_memalign(align, size);
+    if !p.is_null() {
+        lifecycle::on_alloc(p as u64, size as u64, false);
+    }
+    p
+}
+
+pub unsafe fn aligned_alloc(align: size_t, size: size_t) -> *mut c_void {
+    // glibc 2.36: the alignment must be a power of two.
+    if !align.is_power_of_two() {
+        sys::set_errno(libc::EINVAL);
+        return core::ptr::null_mut();
+    }
+    memalign(align, size)
+}
+
+pub unsafe fn posix_memalign(out: *mut *mut c_void, align: size_t, size: size_t) -> c_int {
+    let word = core::mem::size_of::<*mut c_void>();
+    if align % word != 0 || !(align / word).is_power_of_two() {
+        return libc::EINVAL;
+    }
+    let saved = sys::errno();
+    let p = sys::__libc_memalign(align, size);
+    sys::set_errno(saved);
+    if p.is_null() {
+        return libc::ENOMEM;
+    }
+    *out = p;
+    lifecycle::on_alloc(p as u64, size as u64, false);
+    0
+}
+
+pub unsafe fn valloc(size: size_t) -> *mut c_void {
+    let p = sys::__libc_valloc(size);
+    if !p.is_null() {
+        lifecycle::on_alloc(p as u64, size as u64, false);
+    }
+    p
+}
+
+pub unsafe fn pvalloc(size: size_t) -> *mut c_void {
+    let p = sys::__libc_pvalloc(size);
+    if !p.is_null() {
+        lifecycle::on_alloc(p as u64, size as u64, false);
+    }
+    p
+}
+
+pub unsafe fn marker(name: *const c_char) {
+    if name.is_null() {
+        return;
+    }
+    lifecycle::on_marker(core::ffi::CStr::from_ptr(name).to_bytes());
+}
+
+// ---------------------------------------------------------------- descriptors
+
+/// Whether the program (not the tracer) is calling, in the traced process.
+fn program_call() -> bool {
+    !tls::inside()
+}
+
+pub unsafe fn close(fd: c_int) -> c_int {
+    if program_call() && fds::is_ours(fd) {
+        return 0; // pretend: the trace file stays open
+    }
+    libc::syscall(libc::SYS_close, fd) as c_int
+}
+
+pub unsafe fn dup2(old: c_int, new: c_int) -> c_int {
+    if program_call() && old != new {
+        fds::evacuate(new);
+    }
+    libc::syscall(libc::SYS_dup2, old, new) as c_int
+}
+
+pub unsafe fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
+    if program_call() && old != new {
+        fds::evacuate(new);
+    }
+    libc::syscall(libc::SYS_dup3, old, new, flags) as c_int
+}
+
+pub unsafe fn close_range(first: c_uint, last: c_uint, flags: c_int) -> c_int {
+    let raw = |a: c_uint, b: c_uint| libc::syscall(libc::SYS_close_range, a, b, flags) as c_int;
+    // CLOSE_RANGE_CLOEXEC only marks descriptors, and ours are close-on-exec.
+    if !program_call() || flags as c_uint & libc::CLOSE_RANGE_CLOEXEC != 0 || first > last {
+        return raw(first, last);
+    }
+    let holes = {
+        let _g = tls::enter();
+        fds::ours_in(first, last)
+    };
+    if holes.is_empty() {
+        return raw(first, last);
+    }
+    let ranges = {
+        let _g = tls::enter();
+        fds::split_range(first, last, &holes)
+    };
+    for (a, b) in ranges {
+        let rc = raw(a, b);
+        if rc != 0 {
+            return rc;
+        }
+    }
+    0
+}
+
+pub unsafe fn closefrom(low: c_int) {
+    let low = low.max(0) as c_uint;
+    if close_range(low, c_uint::MAX, 0) == 0 {
+        return;
+    }
+    // No close_range in this kernel: close one by one up to the limit.
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    let top = if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 {
+        lim.rlim_cur.min(1 << 20) as c_uint
+    } else {
+        1024
+    };
+    for fd in low..top {
+        close(fd as c_int);
+    }
+}
+
+// ---------------------------------------------------------------- exit
+
+pub fn exit_now(status: c_int) -> ! {
+    lifecycle::before_exit();
+    sys::raw_exit_group(status)
+}
+
+// ---------------------------------------------------------------- exec
+
+extern "C" {
+    static mut environ: *const *const c_char;
+}
+
+type ExecvpeFn = unsafe extern "C" fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int;
+
+/// glibc's own `execvpe` (the next definition after ours).
+unsafe fn real_execvpe() -> Option<ExecvpeFn> {
+    let _g = tls::enter();
+    let sym = libc::dlsym(libc::RTLD_NEXT, c"execvpe".as_ptr());
+    if sym.is_null() {
+        None
+    } else {
+        Some(core::mem::transmute::<*mut c_void, ExecvpeFn>(sym))
+    }
+}
+
+/// The environment for the new program: as given, or without libtracer in
+/// `LD_PRELOAD` when exec'd programs are not to be traced. The owned strings
+/// backing a rewritten environment are returned alongside the pointers.
+unsafe fn exec_env(envp: *const *const c_char) -> (Vec<Vec<u8>>, Vec<*const c_char>) {
+    let _g = tls::enter();
+    let mut owned: Vec<Vec<u8>> = Vec::new();
+    if envp.is_null() || lifecycle::follow_exec() {
+        return (owned, Vec::new());
+    }
+    let mut i = 0;
+    while !(*envp.add(i)).is_null() {
+        let entry = core::ffi::CStr::from_ptr(*envp.add(i)).to_bytes();
+        i += 1;
+        if let Some(value) = entry.strip_prefix(b"LD_PRELOAD=") {
+            let kept = crate::preload::without_tracer(value);
+            if kept.is_empty() {
+                continue;
+            }
+            let mut e = b"LD_PRELOAD=".to_vec();
+            e.extend_from_slice(&kept);
+            e.push(0);
+            owned.push(e);
+        } else {
+            let mut e = entry.to_vec();
+            e.push(0);
+            owned.push(e);
+        }
+    }
+    let mut ptrs: Vec<*const c_char> = owned.iter().map(|e| e.as_ptr().cast()).collect();
+    ptrs.push(core::ptr::null());
+    (owned, ptrs)
+}
+
+/// Common path of every exec hook: finish the trace, exec, resume on failure.
+unsafe fn exec_common(
+    file: *const c_char,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+    search_path: bool,
+) -> c_int {
+    let traced = lifecycle::is_traced_process();
+    let resume = traced && lifecycle::before_exec();
+    let (_owned, rewritten) = exec_env(envp);
+    let envp = if rewritten.is_empty() { envp } else { rewritten.as_ptr() };
+    let rc = if search_path {
+        match real_execvpe() {
+            Some(f) => f(file, argv, envp),
+            None => {
+                sys::set_errno(libc::ENOSYS);
+                -1
+            }
+        }
+    } else {
+        libc::syscall(libc::SYS_execve, file, argv, envp) as c_int
+    };
+    let err = sys::errno();
+    if resume {
+        lifecycle::after_failed_exec();
+    }
+    sys::set_errno(err);
+    rc
+}
+
+pub unsafe fn execve(path: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int {
+    exec_common(path, argv, envp, false)
+}
+
+pub unsafe fn execv(path: *const c_char, argv: *const *const c_char) -> c_int {
+    exec_common(path, argv, environ, false)
+}
+
+pub unsafe fn execvp(file: *const c_char, argv: *const *const c_char) -> c_int {
+    exec_common(file, argv, environ, true)
+}
+
+pub unsafe fn execvpe(file: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int {
+    exec_common(file, argv, envp, true)
+}

@@ -1,0 +1,584 @@
+//! The tracer's life, in one place: the state machine, start-up, the hand-off
+//! of events to the writer, fork, exec, exit.
+//!
+//! ```text
+//!  NOT_YET ──first hook──▶ INITIALISING ──constructor──▶ TRACING ──exit/exec──▶ SHUTTING_DOWN
+//!     │                     (events kept in              (channel +          (hooks pass
+//!     │                      a static list)               writer thread)      through)
+//!     └──────────────── bad configuration, TRACER_FOLLOW_FORK=0 child ──────▶ DISABLED
+//! ```
+//!
+//! The first allocation can come from the dynamic loader before any
+//! constructor ran (and before the environment can be read), so the first hook
+//! only starts the clock and keeps events in a spin-locked list. Our
+//! constructor reads the configuration, creates the files, switches to the
+//! channel under that same lock (so the early list precedes everything in the
+//! channel) and starts the writer thread with the list. No thread is started
+//! and no I/O is done from inside an allocation during start-up.
+//!
+//! Exit (`atexit` registered by our constructor, so it runs after every other
+//! library's destructors), `_exit`, and `exec` all stop the writer, which
+//! drains the channel, symbolizes, and finishes the files; the wait is bounded
+//! so a stuck writer never holds the process. A fork child (followed) gets a
+//! fresh channel, files and writer; its copy of the parent's pending state is
+//! dropped unwritten. A `vfork` child shares our memory but not our pid: the
+//! lifecycle entry points check the raw pid and leave everything alone there.
+
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::cell::UnsafeCell;
+use std::io::BufWriter;
+use std::os::fd::IntoRawFd;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender, TrySendError};
+use format_writers::{dumpalloc, mlyze, output, Format, Process, TraceWriter};
+
+use crate::config::{self, Config, Unwind};
+use crate::intern::{stack_key, NO_STACK};
+use crate::writer::{self, Control, Msg, Output, Setup};
+use crate::{fds, sys, tls, unwind};
+
+const NOT_YET: u8 = 0;
+const INITIALISING: u8 = 1;
+const TRACING: u8 = 2;
+const SHUTTING_DOWN: u8 = 3;
+const DISABLED: u8 = 4;
+
+static STATE: AtomicU8 = AtomicU8::new(NOT_YET);
+/// The pid whose trace we write (a vfork child differs and is left alone).
+static TRACED_PID: AtomicU32 = AtomicU32::new(0);
+static START_NS: AtomicU64 = AtomicU64::new(0);
+static DEPTH: AtomicUsize = AtomicUsize::new(config::DEFAULT_DEPTH);
+static UNWIND_FP: AtomicBool = AtomicBool::new(false);
+static SENDER: AtomicPtr<Sender<Msg>> = AtomicPtr::new(core::ptr::null_mut());
+static CONTROL: AtomicPtr<Control> = AtomicPtr::new(core::ptr::null_mut());
+static HANDLE: AtomicPtr<std::thread::JoinHandle<Receiver<Msg>>> = AtomicPtr::new(core::ptr::null_mut());
+static CONFIG: AtomicPtr<Config> = AtomicPtr::new(core::ptr::null_mut());
+
+/// Messages the channel holds (48 bytes each: 768 KiB).
+const CHANNEL_CAPACITY: usize = 16 * 1024;
+/// The exit drain gives up after this long without progress from the writer.
+const STALL_LIMIT: Duration = Duration::from_secs(5);
+/// … and after this long in total.
+const EXIT_LIMIT: Duration = Duration::from_secs(120);
+
+/// The early-event list and its spin lock.
+struct Early {
+    locked: AtomicBool,
+    events: UnsafeCell<Vec<Msg>>,
+}
+
+// SAFETY: `events` is only touched by the thread holding `locked`.
+unsafe impl Sync for Early {}
+
+static EARLY: Early = Early { locked: AtomicBool::new(false), events: UnsafeCell::new(Vec::new()) };
+
+impl Early {
+    fn lock(&self) {
+        while self
+            .locked
+            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            std::hint::spin_loop();
+        }
+    }
+    fn unlock(&self) {
+        self.locked.store(false, Ordering::Release);
+    }
+    /// Runs `f` on the list, under the lock.
+    fn with<R>(&self, f: impl FnOnce(&mut Vec<Msg>) -> R) -> R {
+        self.lock();
+        // SAFETY: we hold the lock, so no other reference to the list exists.
+        let r = f(unsafe { &mut *self.events.get() });
+        self.unlock();
+        r
+    }
+}
+
+fn config() -> Option<&'static Config> {
+    let p = CONFIG.load(Ordering::Acquire);
+    // SAFETY: CONFIG is set once to a leaked Box and never freed.
+    (!p.is_null()).then(|| unsafe { &*p })
+}
+
+// ---------------------------------------------------------------- hot path
+
+/// Called by a hook (inside the guard): hands `msg` to the writer, or to the
+/// early list before the writer exists. False if the tracer is not running.
+#[inline]
+fn deliver(msg: Msg) -> bool {
+    match STATE.load(Ordering::Acquire) {
+        TRACING => send(msg),
+        NOT_YET | INITIALISING => deliver_early(msg),
+        _ => false,
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn deliver_early(msg: Msg) -> bool {
+    if STATE.load(Ordering::Acquire) == NOT_YET {
+        begin();
+    }
+    let mut msg = Some(msg);
+    let kept = EARLY.with(|list| {
+        if STATE.load(Ordering::Acquire) == INITIALISING {
+            list.extend(msg.take());
+            true
+        } else {
+            false
+        }
+    });
+    match msg {
+        Some(m) if !kept && STATE.load(Ordering::Acquire) == TRACING => send(m),
+        _ => kept,
+    }
+}
+
+/// First hook call ever: start the clock, learn who we are.
+#[cold]
+fn begin() {
+    if STATE.compare_exchange(NOT_YET, INITIALISING, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+        START_NS.store(sys::now_ns(), Ordering::Relaxed);
+        TRACED_PID.store(sys::raw_getpid(), Ordering::Relaxed);
+        unwind::init();
+    }
+}
+
+/// Pushes into the channel; when it is full, waits for the writer (never
+/// dropping the event) unless tracing stopped meanwhile.
+fn send(msg: Msg) -> bool {
+    let tx = SENDER.load(Ordering::Acquire);
+    if tx.is_null() {
+        return false;
+    }
+    // SAFETY: senders are leaked boxes, never freed while the process lives.
+    let tx = unsafe { &*tx };
+    let mut msg = msg;
+    let mut spins = 0u32;
+    loop {
+        match tx.try_send(msg) {
+            Ok(()) => return true,
+            Err(TrySendError::Disconnected(_)) => return false,
+            Err(TrySendError::Full(m)) => {
+                if STATE.load(Ordering::Acquire) != TRACING {
+                    return false;
+                }
+                msg = m;
+                spins += 1;
+                if spins < 64 {
+                    std::hint::spin_loop();
+                } else if spins < 256 {
+                    std::thread::yield_now();
+                } else {
+                    std::thread::sleep(Duration::from_micros(50));
+                }
+            }
+        }
+    }
+}
+
+#[inline]
+fn stack_now() -> u64 {
+    let depth = DEPTH.load(Ordering::Relaxed);
+    if depth == 0 {
+        return NO_STACK;
+    }
+    let method = if UNWIND_FP.load(Ordering::Relaxed) { Unwind::Fp } else { Unwind::Dwarf };
+    let mut buf = [0u64; config::MAX_DEPTH];
+    let n = unwind::capture(method, &mut buf[..depth]);
+    let frames = &buf[..n];
+    let key = stack_key(frames);
+    if key != NO_STACK && !tls::already_sent(key) && !deliver(Msg::Stack { key, frames: frames.into() }) {
+        tls::forget_sent(key);
+    }
+    key
+}
+
+#[inline]
+fn active() -> bool {
+    matches!(STATE.load(Ordering::Relaxed), NOT_YET | INITIALISING | TRACING)
+}
+
+/// A new block exists (called after the real allocation returned it).
+#[inline]
+pub fn on_alloc(addr: u64, size: u64, from_realloc: bool) {
+    if !active() {
+        return;
+    }
+    let Some(_g) = tls::enter() else { return };
+    let saved = sys::errno();
+    let key = stack_now();
+    let time_ns = sys::now_ns();
+    deliver(Msg::Alloc { time_ns, tid: tls::tid(), addr, size, key, from_realloc });
+    sys::set_errno(saved);
+}
+
+/// A block is about to be released (called before the real free runs). With
+/// `realloc`, the release is provisional until the realloc's outcome is known.
+#[inline]
+pub fn on_free(addr: u64, realloc: bool) {
+    if !active() {
+        return;
+    }
+    let Some(_g) = tls::enter() else { return };
+    let saved = sys::errno();
+    let (time_ns, tid) = (sys::now_ns(), tls::tid());
+    if realloc {
+        deliver(Msg::ReallocFree { time_ns, tid, addr });
+    } else {
+        deliver(Msg::Free { time_ns, tid, addr });
+    }
+    sys::set_errno(saved);
+}
+
+/// The realloc announced by `on_free(_, true)` failed: the old block lives on.
+pub fn on_realloc_failed() {
+    if !active() {
+        return;
+    }
+    let Some(_g) = tls::enter() else { return };
+    let saved = sys::errno();
+    deliver(Msg::ReallocFailed { tid: tls::tid() });
+    sys::set_errno(saved);
+}
+
+pub fn on_marker(name: &[u8]) {
+    if !active() {
+        return;
+    }
+    let Some(_g) = tls::enter() else { return };
+    let saved = sys::errno();
+    let name: Box<str> = String::from_utf8_lossy(name).into();
+    deliver(Msg::Marker { time_ns: sys::now_ns(), tid: tls::tid(), name });
+    sys::set_errno(saved);
+}
+
+// ---------------------------------------------------------------- start-up
+
+/// Our constructor: configuration, files, writer thread, fork and exit
+/// handlers.
+pub fn constructor() {
+    let _g = tls::enter();
+    begin();
+    let (cfg, complaints) = Config::from_lookup(|name| std::env::var(name).ok());
+    if !cfg.quiet {
+        for c in &complaints {
+            sys::stderr_line(c);
+        }
+    }
+    DEPTH.store(cfg.stack_depth, Ordering::Relaxed);
+    UNWIND_FP.store(cfg.unwind == Unwind::Fp, Ordering::Relaxed);
+    CONFIG.store(Box::into_raw(Box::new(cfg)), Ordering::Release);
+    // SAFETY: the handlers are plain functions that stay valid for the life of
+    // the process; registering them has no other precondition.
+    unsafe {
+        libc::pthread_atfork(Some(fork_prepare), Some(fork_parent), Some(fork_child));
+        libc::atexit(at_exit);
+    }
+    let enabled = config().is_some_and(|c| c.enabled);
+    if !enabled || !start(None) {
+        disable();
+    }
+}
+
+/// Drops every early event and stops tracing for good.
+fn disable() {
+    EARLY.with(|list| {
+        STATE.store(DISABLED, Ordering::Release);
+        list.clear();
+        list.shrink_to_fit();
+    });
+}
+
+/// The executable's file name, for `%e`.
+fn exe_name() -> String {
+    std::fs::read_link("/proc/self/exe")
+        .ok()
+        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .unwrap_or_else(|| "unknown".to_string())
+}
+
+fn absolute(p: PathBuf) -> PathBuf {
+    if p.is_absolute() {
+        return p;
+    }
+    std::env::current_dir().map(|d| d.join(&p)).unwrap_or(p)
+}
+
+fn create_outputs(cfg: &Config, pid: u32) -> Vec<Output> {
+    let exe = exe_name();
+    let names = config::Names { pid, exe: &exe, start_secs: START_NS.load(Ordering::Relaxed) / 1_000_000_000 };
+    let mut outputs = Vec::new();
+    for &format in &cfg.formats {
+        let ext = format.extension();
+        let wanted = config::expand_output(&cfg.output, &names, ext);
+        let (file, path) = match output::create_exclusive(std::path::Path::new(&wanted), ext) {
+            Ok(x) => x,
+            Err(e) => {
+                if !cfg.quiet {
+                    sys::stderr_line(&format!(
+                        "TRACER_OUTPUT: cannot create {wanted}: {e}; no {} trace will be written",
+                        format.name()
+                    ));
+                }
+                continue;
+            }
+        };
+        let path = absolute(path);
+        let slot = fds::register(file.into_raw_fd());
+        let Some(slot) = slot else { continue };
+        let sink = BufWriter::with_capacity(256 * 1024, fds::FdSink::new(slot));
+        let writer: Box<dyn TraceWriter> = match format {
+            Format::Mlyze => Box::new(mlyze::Writer::new(sink)),
+            Format::Dumpalloc => Box::new(dumpalloc::Writer::new(sink)),
+            Format::Tlv => {
+                fds::release(slot);
+                continue;
+            }
+        };
+        if let Some(m) = &cfg.manifest {
+            append_manifest(m, &path);
+        }
+        outputs.push(Output { path, slot: Some(slot), writer });
+    }
+    outputs
+}
+
+/// One line naming a trace file, for `tracer run`.
+fn append_manifest(manifest: &str, path: &std::path::Path) {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(manifest);
+    if let Ok(f) = file {
+        let fd = f.into_raw_fd();
+        sys::write_all_fd(fd, format!("{}\n", path.display()).as_bytes());
+        sys::raw_close(fd);
+    }
+}
+
+fn process_record(pid: u32) -> Process {
+    let executable =
+        std::fs::read_link("/proc/self/exe").map(|p| p.display().to_string()).unwrap_or_default();
+    let command_line = std::fs::read("/proc/self/cmdline")
+        .map(|b| {
+            b.split(|&c| c == 0)
+                .filter(|s| !s.is_empty())
+                .map(|s| String::from_utf8_lossy(s).into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    Process { pid, executable, command_line, start_time_ns: START_NS.load(Ordering::Relaxed) }
+}
+
+fn info(cfg: &Config) -> Vec<(String, String)> {
+    let mut v = vec![
+        ("tracer".to_string(), format!("libtracer {}", env!("CARGO_PKG_VERSION"))),
+        ("unwind".to_string(), if cfg.unwind == Unwind::Fp { "fp" } else { "dwarf" }.to_string()),
+        ("stack_depth".to_string(), cfg.stack_depth.to_string()),
+    ];
+    // SAFETY: `u` is a writable utsname; uname fills NUL-terminated fields.
+    unsafe {
+        let mut u: libc::utsname = core::mem::zeroed();
+        if libc::uname(&mut u) == 0 {
+            for (k, f) in [
+                ("sysname", &u.sysname[..]),
+                ("nodename", &u.nodename[..]),
+                ("release", &u.release[..]),
+                ("version", &u.version[..]),
+                ("machine", &u.machine[..]),
+            ] {
+                let s = std::ffi::CStr::from_ptr(f.as_ptr()).to_string_lossy().into_owned();
+                v.push((k.to_string(), s));
+            }
+        }
+    }
+    v
+}
+
+/// Creates the files and starts a writer (reusing `rx` after a failed exec).
+/// On success the state is TRACING; the early list, if any, goes to the writer.
+fn start(rx: Option<Receiver<Msg>>) -> bool {
+    let Some(cfg) = config() else { return false };
+    let pid = sys::raw_getpid();
+    TRACED_PID.store(pid, Ordering::Relaxed);
+    let outputs = create_outputs(cfg, pid);
+    if outputs.is_empty() {
+        return false;
+    }
+    let rx = match rx {
+        Some(rx) => rx,
+        None => {
+            let (tx, rx) = crossbeam_channel::bounded(CHANNEL_CAPACITY);
+            // The previous sender (a fork parent's) is leaked on purpose: its
+            // state may be mid-operation by a thread that does not exist here.
+            SENDER.store(Box::into_raw(Box::new(tx)), Ordering::Release);
+            rx
+        }
+    };
+    let ctl = Arc::new(Control::default());
+    CONTROL.store(Arc::into_raw(ctl.clone()).cast_mut(), Ordering::Release);
+    let early = EARLY.with(|list| {
+        STATE.store(TRACING, Ordering::Release);
+        std::mem::take(list)
+    });
+    let setup = Setup { process: process_record(pid), info: info(cfg), depth: cfg.stack_depth };
+    let spawned = std::thread::Builder::new()
+        .name("libtracer".to_string())
+        .spawn(move || writer::run(rx, early, outputs, setup, &ctl));
+    match spawned {
+        Ok(h) => {
+            HANDLE.store(Box::into_raw(Box::new(h)), Ordering::Release);
+            true
+        }
+        Err(e) => {
+            if !cfg.quiet {
+                sys::stderr_line(&format!("cannot start the writer thread: {e}; tracing disabled"));
+            }
+            false
+        }
+    }
+}
+
+// ---------------------------------------------------------------- the end
+
+/// Stops the writer and waits (bounded) for the files to be finished; returns
+/// the channel's receiver when the writer ended, for a restart.
+fn stop_writer(print: bool) -> Option<Receiver<Msg>> {
+    if sys::raw_getpid() != TRACED_PID.load(Ordering::Relaxed) {
+        return None; // a vfork child: the parent's trace is not ours to end
+    }
+    if STATE.compare_exchange(TRACING, SHUTTING_DOWN, Ordering::AcqRel, Ordering::Acquire).is_err() {
+        return None;
+    }
+    let _g = tls::enter();
+    let ctl = CONTROL.swap(core::ptr::null_mut(), Ordering::AcqRel);
+    if ctl.is_null() {
+        return None;
+    }
+    // SAFETY: CONTROL holds one strong count of an Arc<Control>, taken back here.
+    let ctl = unsafe { Arc::from_raw(ctl.cast_const()) };
+    ctl.stop.store(true, Ordering::SeqCst);
+    let begun = Instant::now();
+    let mut last = (ctl.progress.load(Ordering::Relaxed), Instant::now());
+    while !ctl.done.load(Ordering::SeqCst) {
+        std::thread::sleep(Duration::from_millis(1));
+        let p = ctl.progress.load(Ordering::Relaxed);
+        if p != last.0 {
+            last = (p, Instant::now());
+        }
+        if last.1.elapsed() > STALL_LIMIT || begun.elapsed() > EXIT_LIMIT {
+            return None;
+        }
+    }
+    let quiet = config().is_none_or(|c| c.quiet);
+    if print && !quiet {
+        if let Ok(w) = ctl.written.lock() {
+            if !w.is_empty() {
+                sys::stderr_line(&format!("wrote {}", w.join(", ")));
+            }
+        }
+    }
+    let h = HANDLE.swap(core::ptr::null_mut(), Ordering::AcqRel);
+    if h.is_null() {
+        return None;
+    }
+    // SAFETY: HANDLE holds a leaked Box<JoinHandle>, taken back exactly once.
+    let h = unsafe { Box::from_raw(h) };
+    h.join().ok()
+}
+
+extern "C" fn at_exit() {
+    stop_writer(true);
+}
+
+/// `_exit`/`_Exit`: finish the files, then leave.
+pub fn before_exit() {
+    stop_writer(true);
+}
+
+// ---------------------------------------------------------------- fork
+
+extern "C" fn fork_prepare() {
+    // Nobody may be half-way through the early list when the address space is
+    // copied; every other tracer structure is replaced in the child.
+    EARLY.lock();
+}
+
+extern "C" fn fork_parent() {
+    EARLY.unlock();
+}
+
+extern "C" fn fork_child() {
+    EARLY.unlock();
+    let _g = tls::enter();
+    tls::reset_after_fork();
+    let state = STATE.load(Ordering::Acquire);
+    TRACED_PID.store(sys::raw_getpid(), Ordering::Relaxed);
+    match state {
+        NOT_YET | DISABLED => {}
+        INITIALISING => EARLY.with(|list| list.clear()),
+        _ => {
+            // The parent's channel, writer and files stay with the parent.
+            STATE.store(SHUTTING_DOWN, Ordering::Release);
+            CONTROL.store(core::ptr::null_mut(), Ordering::Release);
+            HANDLE.store(core::ptr::null_mut(), Ordering::Release);
+            fds::release_all();
+            let follow = config().is_some_and(|c| c.follow_fork && c.enabled);
+            if state != TRACING || !follow || !start(None) {
+                disable();
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------- exec
+
+/// Whether this is the traced process itself (not a vfork child).
+pub fn is_traced_process() -> bool {
+    sys::raw_getpid() == TRACED_PID.load(Ordering::Relaxed)
+}
+
+/// Before a real exec: finish the files. Returns whether tracing must be
+/// resumed should the exec fail.
+pub fn before_exec() -> bool {
+    if !is_traced_process() || STATE.load(Ordering::Acquire) != TRACING {
+        return false;
+    }
+    match stop_writer(true) {
+        Some(rx) => {
+            RESUME_RX.store(Box::into_raw(Box::new(rx)), Ordering::Release);
+            true
+        }
+        None => false,
+    }
+}
+
+static RESUME_RX: AtomicPtr<Receiver<Msg>> = AtomicPtr::new(core::ptr::null_mut());
+
+/// The exec failed: trace on, into new files.
+pub fn after_failed_exec() {
+    let _g = tls::enter();
+    let rx = RESUME_RX.swap(core::ptr::null_mut(), Ordering::AcqRel);
+    if rx.is_null() {
+        return;
+    }
+    // SAFETY: RESUME_RX held a leaked Box<Receiver>, taken back exactly once.
+    let rx = unsafe { *Box::from_raw(rx) };
+    tls::new_epoch();
+    if !start(Some(rx)) {
+        disable();
+    }
+}
+
+/// Whether exec'd programs should be traced too.
+pub fn follow_exec() -> bool {
+    config().is_none_or(|c| c.follow_exec)
+}

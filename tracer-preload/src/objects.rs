@@ -1,0 +1,107 @@
+//! The loaded objects (executable, shared libraries, vDSO) and where they sit,
+//! from `dl_iterate_phdr`, run on the writer thread only.
+//!
+//! An object's `load_address` is the address its first `PT_LOAD` segment was
+//! mapped at (page-aligned), `size` the extent up to the end of its last
+//! `PT_LOAD` segment. Objects are reported once per (path, address) pair, so a
+//! library `dlopen`ed later — or unloaded and loaded elsewhere — is reported
+//! when it first shows up.
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use format_writers::Object;
+
+/// Objects already reported, and their address ranges for lookups.
+#[derive(Default)]
+pub struct Known {
+    ranges: Vec<(u64, u64)>,
+    seen: HashSet<(String, u64)>,
+    last_scan: Option<Instant>,
+}
+
+/// Minimum time between two scans triggered by unknown addresses (JIT code
+/// belongs to no object and must not cause a scan per stack).
+const RESCAN_GAP: Duration = Duration::from_millis(20);
+
+impl Known {
+    pub fn contains(&self, addr: u64) -> bool {
+        self.ranges.iter().any(|&(lo, hi)| addr >= lo && addr < hi)
+    }
+
+    /// Scans unless a scan happened very recently.
+    pub fn rescan_if_due(&mut self) -> Vec<Object> {
+        match self.last_scan {
+            Some(t) if t.elapsed() < RESCAN_GAP => Vec::new(),
+            _ => self.rescan(),
+        }
+    }
+
+    /// Scans the loaded objects; returns the ones not reported before.
+    pub fn rescan(&mut self) -> Vec<Object> {
+        self.last_scan = Some(Instant::now());
+        let mut fresh = Vec::new();
+        for o in scan() {
+            if o.size > 0 && !self.contains(o.load_address) {
+                self.ranges.push((o.load_address, o.load_address + o.size));
+            }
+            if self.seen.insert((o.path.clone(), o.load_address)) {
+                fresh.push(o);
+            }
+        }
+        fresh
+    }
+}
+
+fn scan() -> Vec<Object> {
+    let mut out: Vec<Object> = Vec::new();
+    // SAFETY: the callback receives `out` back as its data pointer, and runs
+    // synchronously inside dl_iterate_phdr while `out` is alive.
+    unsafe {
+        libc::dl_iterate_phdr(Some(callback), (&mut out as *mut Vec<Object>).cast());
+    }
+    let exe = std::fs::read_link("/proc/self/exe")
+        .map(|p| p.display().to_string())
+        .unwrap_or_default();
+    for o in &mut out {
+        if o.path.is_empty() {
+            o.path = exe.clone();
+        }
+    }
+    out
+}
+
+unsafe extern "C" fn callback(
+    info: *mut libc::dl_phdr_info,
+    _size: libc::size_t,
+    data: *mut libc::c_void,
+) -> libc::c_int {
+    // SAFETY: dl_iterate_phdr passes a valid info for the duration of the call,
+    // whose phdr array has dlpi_phnum entries; `data` is the Vec from `scan`.
+    unsafe {
+        let out = &mut *(data as *mut Vec<Object>);
+        let info = &*info;
+        let path = if info.dlpi_name.is_null() {
+            String::new()
+        } else {
+            std::ffi::CStr::from_ptr(info.dlpi_name).to_string_lossy().into_owned()
+        };
+        let (mut lo, mut hi) = (u64::MAX, 0u64);
+        for i in 0..info.dlpi_phnum as usize {
+            let ph = &*info.dlpi_phdr.add(i);
+            if ph.p_type == libc::PT_LOAD {
+                lo = lo.min(ph.p_vaddr & !0xfff);
+                hi = hi.max(ph.p_vaddr + ph.p_memsz);
+            }
+        }
+        if lo < hi {
+            let base = info.dlpi_addr;
+            out.push(Object {
+                path,
+                load_address: base.wrapping_add(lo),
+                size: hi - lo,
+            });
+        }
+    }
+    0
+}

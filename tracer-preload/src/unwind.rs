@@ -1,0 +1,158 @@
+//! Capturing the stack of an allocation: return addresses, innermost first,
+//! starting at the caller of the allocation function.
+//!
+//! Two methods behind [`capture`]:
+//! - `dwarf`: libgcc's `_Unwind_Backtrace` over `.eh_frame` (through the
+//!   `backtrace` crate's unsynchronized entry point). Complete on programs
+//!   built without frame pointers, such as Debian's python3, perl and git, so
+//!   it is the default.
+//! - `fp`: follows the saved frame-pointer chain. Nanoseconds per frame, but it
+//!   stops (or skips callers) wherever code omits frame pointers. Every frame
+//!   address is checked against the thread's stack bounds before it is read,
+//!   so a garbage chain ends the walk instead of faulting.
+//!
+//! Whatever the compiler inlined, the tracer's own frames are recognised by
+//! address (this library's executable segment) and dropped from the top.
+
+use core::sync::atomic::{AtomicU64, Ordering};
+
+use crate::config::Unwind;
+use crate::{sys, tls};
+
+static OWN_LO: AtomicU64 = AtomicU64::new(0);
+static OWN_HI: AtomicU64 = AtomicU64::new(0);
+
+/// Finds this library's code range; safe to call at any time (memory reads of
+/// our own ELF header only).
+pub fn init() {
+    if OWN_HI.load(Ordering::Relaxed) == 0 {
+        let (lo, hi) = sys::own_text_range();
+        OWN_LO.store(lo, Ordering::Relaxed);
+        OWN_HI.store(hi, Ordering::Relaxed);
+    }
+}
+
+#[inline]
+fn is_own(ip: u64) -> bool {
+    ip >= OWN_LO.load(Ordering::Relaxed) && ip < OWN_HI.load(Ordering::Relaxed)
+}
+
+/// Fills `buf` with up to `buf.len()` return addresses of the current stack,
+/// the tracer's own frames removed; returns how many were written.
+#[inline(never)]
+pub fn capture(method: Unwind, buf: &mut [u64]) -> usize {
+    if buf.is_empty() {
+        return 0;
+    }
+    match method {
+        Unwind::Dwarf => capture_dwarf(buf),
+        Unwind::Fp => match capture_fp(buf) {
+            Some(n) => n,
+            None => capture_dwarf(buf),
+        },
+    }
+}
+
+fn capture_dwarf(buf: &mut [u64]) -> usize {
+    let mut n = 0;
+    let mut skipping = true;
+    // SAFETY: trace_unsynchronized is unsafe only because it must not run
+    // concurrently with itself on the same thread's unwinder state when the
+    // unwinder is not thread-safe; libgcc's `_Unwind_Backtrace` is, and our
+    // reentrancy guard keeps this thread from nesting captures.
+    unsafe {
+        backtrace::trace_unsynchronized(|frame| {
+            let ip = frame.ip() as u64;
+            if ip == 0 {
+                return false;
+            }
+            if skipping && is_own(ip) {
+                return true;
+            }
+            skipping = false;
+            buf[n] = ip;
+            n += 1;
+            n < buf.len()
+        });
+    }
+    n
+}
+
+/// The thread's stack bounds, computed once per thread.
+fn bounds() -> Option<(u64, u64)> {
+    let (lo, hi) = tls::stack_bounds();
+    if hi != 0 {
+        return Some((lo, hi));
+    }
+    // SAFETY: `attr` is initialised by pthread_getattr_np before use and
+    // destroyed afterwards; the out-pointers are valid locals. The allocations
+    // and file reads glibc makes here pass through our guard.
+    unsafe {
+        let mut attr: libc::pthread_attr_t = core::mem::zeroed();
+        if libc::pthread_getattr_np(libc::pthread_self(), &mut attr) != 0 {
+            return None;
+        }
+        let mut addr: *mut libc::c_void = core::ptr::null_mut();
+        let mut size: libc::size_t = 0;
+        let rc = libc::pthread_attr_getstack(&attr, &mut addr, &mut size);
+        libc::pthread_attr_destroy(&mut attr);
+        if rc != 0 || size == 0 {
+            return None;
+        }
+        let lo = addr as u64;
+        let hi = lo + size as u64;
+        tls::set_stack_bounds(lo, hi);
+        Some((lo, hi))
+    }
+}
+
+#[inline(always)]
+fn frame_pointer() -> u64 {
+    let fp: u64;
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: reads a register, no memory access.
+    unsafe {
+        core::arch::asm!("mov {}, rbp", out(reg) fp, options(nomem, nostack, preserves_flags))
+    };
+    #[cfg(target_arch = "aarch64")]
+    // SAFETY: reads a register, no memory access.
+    unsafe {
+        core::arch::asm!("mov {}, x29", out(reg) fp, options(nomem, nostack, preserves_flags))
+    };
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    {
+        fp = 0;
+    }
+    fp
+}
+
+/// `None` when the stack bounds are unknown (the caller falls back to dwarf).
+#[inline(never)]
+fn capture_fp(buf: &mut [u64]) -> Option<usize> {
+    let (lo, hi) = bounds()?;
+    let mut fp = frame_pointer();
+    let mut n = 0;
+    let mut skipping = true;
+    while n < buf.len() {
+        if fp < lo || fp.checked_add(16).is_none_or(|end| end > hi) || fp % 8 != 0 {
+            break;
+        }
+        // SAFETY: [fp, fp+16) lies inside this thread's mapped stack (checked
+        // above), so both words are readable; their values are only trusted
+        // after the same check on the next round.
+        let (next, ret) = unsafe { (*(fp as *const u64), *((fp + 8) as *const u64)) };
+        if ret == 0 {
+            break;
+        }
+        if !(skipping && is_own(ret)) {
+            skipping = false;
+            buf[n] = ret;
+            n += 1;
+        }
+        if next <= fp {
+            break;
+        }
+        fp = next;
+    }
+    Some(n)
+}

@@ -1,0 +1,339 @@
+//! The background writer thread: turns the hooks' messages into model
+//! records and feeds them to the format writers.
+//!
+//! It owns everything that is not the hot path: stack interning, the list of
+//! loaded objects (re-scanned with `dl_iterate_phdr` when a stack names an
+//! address outside every known object, which catches `dlopen`), thread names,
+//! the ordering fix-up for `realloc`, symbolization at the end, periodic
+//! flushes (about every 100 ms, so a killed program leaves a recoverable file)
+//! and finishing the files. The thread is marked as the tracer's own for good,
+//! so its allocations and file I/O never reach the hooks.
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, TryRecvError};
+use format_writers::{
+    Alloc, Event, Frame, Free, Marker, Object, Process, Record, Stack, Symbol, Thread, TraceWriter,
+};
+
+use crate::intern::{Interned, StackTable, NO_STACK};
+use crate::{fds, objects, tls};
+
+/// One message from a hook to the writer. Kept small (48 bytes) because the
+/// channel preallocates a slot per message.
+pub enum Msg {
+    Alloc { time_ns: u64, tid: u32, addr: u64, size: u64, key: u64, from_realloc: bool },
+    Free { time_ns: u64, tid: u32, addr: u64 },
+    /// The old block of a `realloc` about to run: becomes a `Free` once the
+    /// same thread's `Alloc { from_realloc }` (or another thread's allocation
+    /// at this address) shows the realloc released it; dropped on failure.
+    ReallocFree { time_ns: u64, tid: u32, addr: u64 },
+    ReallocFailed { tid: u32 },
+    /// A stack's frames, sent by each thread before its first use of `key`.
+    Stack { key: u64, frames: Box<[u64]> },
+    Marker { time_ns: u64, tid: u32, name: Box<str> },
+}
+
+/// One output file.
+pub struct Output {
+    pub path: PathBuf,
+    pub slot: Option<usize>,
+    pub writer: Box<dyn TraceWriter>,
+}
+
+/// Shared between the writer thread and whoever stops it.
+#[derive(Default)]
+pub struct Control {
+    /// Set to ask the writer to drain what is queued and finish.
+    pub stop: AtomicBool,
+    /// Set by the writer once every file is finished (or abandoned).
+    pub done: AtomicBool,
+    /// Advances while the writer works, so a waiter can tell slow from stuck.
+    pub progress: AtomicU64,
+    /// Files finished successfully.
+    pub written: Mutex<Vec<String>>,
+}
+
+/// What the writer needs to know besides its messages.
+pub struct Setup {
+    pub process: Process,
+    pub info: Vec<(String, String)>,
+    pub depth: usize,
+}
+
+const FLUSH_EVERY: Duration = Duration::from_millis(100);
+
+struct State {
+    outputs: Vec<Output>,
+    stacks: StackTable,
+    depth: usize,
+    addresses: HashSet<u64>,
+    objects: objects::Known,
+    threads: HashSet<u32>,
+    /// Old blocks of reallocs in progress: (tid, addr, time, already emitted).
+    pending: Vec<(u32, u64, u64, bool)>,
+    /// Latest timestamp emitted.
+    last_time: u64,
+    failed: bool,
+}
+
+/// Runs the writer until asked to stop; returns the receiver for reuse.
+pub fn run(
+    rx: Receiver<Msg>,
+    early: Vec<Msg>,
+    outputs: Vec<Output>,
+    setup: Setup,
+    ctl: &Control,
+) -> Receiver<Msg> {
+    tls::enter_forever();
+    let mut st = State {
+        outputs,
+        stacks: StackTable::new(),
+        depth: setup.depth,
+        addresses: HashSet::new(),
+        objects: objects::Known::default(),
+        threads: HashSet::new(),
+        pending: Vec::new(),
+        last_time: 0,
+        failed: false,
+    };
+    st.emit(&Record::Process(setup.process));
+    st.emit(&Record::Info(setup.info));
+    let fresh = st.objects.rescan();
+    st.emit_objects(fresh);
+    for m in early {
+        st.handle(m);
+    }
+    let mut last_flush = Instant::now();
+    let mut idle = Duration::from_micros(500);
+    loop {
+        let mut got = 0u32;
+        loop {
+            match rx.try_recv() {
+                Ok(m) => {
+                    st.handle(m);
+                    got += 1;
+                    if got >= 4096 {
+                        break;
+                    }
+                }
+                Err(TryRecvError::Empty) | Err(TryRecvError::Disconnected) => break,
+            }
+        }
+        ctl.progress.fetch_add(1, Ordering::Relaxed);
+        if last_flush.elapsed() >= FLUSH_EVERY {
+            st.flush();
+            last_flush = Instant::now();
+        }
+        if got == 0 {
+            if ctl.stop.load(Ordering::SeqCst) && rx.is_empty() {
+                break;
+            }
+            std::thread::sleep(idle);
+            idle = (idle * 2).min(Duration::from_millis(10));
+        } else {
+            idle = Duration::from_micros(500);
+        }
+    }
+    st.finish(ctl);
+    ctl.done.store(true, Ordering::SeqCst);
+    rx
+}
+
+impl State {
+    fn emit(&mut self, record: &Record) {
+        if self.failed {
+            return;
+        }
+        for out in &mut self.outputs {
+            if let Err(e) = out.writer.write(record) {
+                crate::sys::stderr_line(&format!(
+                    "cannot write {}: {e}; the trace stops here",
+                    out.path.display()
+                ));
+                self.failed = true;
+                return;
+            }
+        }
+    }
+
+    fn flush(&mut self) {
+        if self.failed {
+            return;
+        }
+        for out in &mut self.outputs {
+            let _ = out.writer.flush();
+        }
+    }
+
+    fn emit_objects(&mut self, objects: Vec<Object>) {
+        for o in objects {
+            self.emit(&Record::Object(o));
+        }
+    }
+
+    fn time(&mut self, t: u64) -> u64 {
+        // Threads take their timestamps before racing for the channel; keep the
+        // stream non-decreasing in channel order.
+        self.last_time = self.last_time.max(t);
+        self.last_time
+    }
+
+    fn thread(&mut self, tid: u32) {
+        if self.threads.insert(tid) {
+            let name = std::fs::read_to_string(format!("/proc/self/task/{tid}/comm"))
+                .map(|s| s.trim_end().to_string())
+                .unwrap_or_default();
+            self.emit(&Record::Thread(Thread { tid, name }));
+        }
+    }
+
+    fn stack_id(&mut self, key: u64) -> u64 {
+        let key = if self.depth == 0 { NO_STACK } else { key };
+        match self.stacks.id(key) {
+            Some(id) => id,
+            None => self.new_stack(key, &[]),
+        }
+    }
+
+    fn new_stack(&mut self, key: u64, frames: &[u64]) -> u64 {
+        match self.stacks.intern(key) {
+            Interned::Known(id) => id,
+            Interned::New(id) => {
+                let frames = &frames[..frames.len().min(self.depth)];
+                let mut unknown = false;
+                for &a in frames {
+                    self.addresses.insert(a);
+                    unknown |= !self.objects.contains(a);
+                }
+                if unknown {
+                    let fresh = self.objects.rescan_if_due();
+                    self.emit_objects(fresh);
+                }
+                let stack = Stack {
+                    id,
+                    frames: frames.iter().map(|&address| Frame { address, symbol: None }).collect(),
+                };
+                self.emit(&Record::Stack(stack));
+                id
+            }
+        }
+    }
+
+    fn free(&mut self, time_ns: u64, tid: u32, addr: u64) {
+        self.thread(tid);
+        let time_ns = self.time(time_ns);
+        self.emit(&Record::Event(Event::Free(Free { time_ns, thread: tid, address: addr })));
+    }
+
+    fn handle(&mut self, m: Msg) {
+        match m {
+            Msg::Stack { key, frames } => {
+                let key = if self.depth == 0 { NO_STACK } else { key };
+                self.new_stack(key, &frames);
+            }
+            Msg::Alloc { time_ns, tid, addr, size, key, from_realloc } => {
+                if !self.pending.is_empty() {
+                    self.settle_pending(tid, addr, from_realloc);
+                }
+                let stack = self.stack_id(key);
+                self.thread(tid);
+                let time_ns = self.time(time_ns);
+                self.emit(&Record::Event(Event::Alloc(Alloc {
+                    time_ns,
+                    thread: tid,
+                    address: addr,
+                    size,
+                    stack,
+                })));
+            }
+            Msg::Free { time_ns, tid, addr } => self.free(time_ns, tid, addr),
+            Msg::ReallocFree { time_ns, tid, addr } => {
+                self.pending.retain(|p| p.0 != tid);
+                self.pending.push((tid, addr, time_ns, false));
+            }
+            Msg::ReallocFailed { tid } => self.pending.retain(|p| p.0 != tid),
+            Msg::Marker { time_ns, tid, name } => {
+                self.thread(tid);
+                let time_ns = self.time(time_ns);
+                self.emit(&Record::Event(Event::Marker(Marker {
+                    time_ns,
+                    thread: tid,
+                    name: name.into(),
+                })));
+            }
+        }
+    }
+
+    /// Emits the `Free` of a realloc's old block once it is certain: when the
+    /// same thread reports the new block, or when any thread is handed the old
+    /// address (which glibc can only do after the realloc released it).
+    fn settle_pending(&mut self, tid: u32, addr: u64, from_realloc: bool) {
+        let mut due = Vec::new();
+        self.pending.retain_mut(|p| {
+            let own = from_realloc && p.0 == tid;
+            if (own || p.1 == addr) && !p.3 {
+                due.push((p.2, p.0, p.1));
+                p.3 = true;
+            }
+            !own
+        });
+        for (time_ns, t, a) in due {
+            self.free(time_ns, t, a);
+        }
+    }
+
+    fn finish(&mut self, ctl: &Control) {
+        let fresh = self.objects.rescan();
+        self.emit_objects(fresh);
+        let mut addrs: Vec<u64> = self.addresses.iter().copied().collect();
+        addrs.sort_unstable();
+        for a in addrs {
+            ctl.progress.fetch_add(1, Ordering::Relaxed);
+            if let Some(symbol) = resolve(a) {
+                self.emit(&Record::AddressSymbol { address: a, symbol });
+            }
+        }
+        let outputs = std::mem::take(&mut self.outputs);
+        for out in outputs {
+            let ok = !self.failed && out.writer.finish().is_ok();
+            if let Some(slot) = out.slot {
+                fds::release(slot);
+            }
+            if ok {
+                if let Ok(mut w) = ctl.written.lock() {
+                    w.push(out.path.display().to_string());
+                }
+            } else if !self.failed {
+                crate::sys::stderr_line(&format!("cannot finish {}", out.path.display()));
+            }
+        }
+    }
+}
+
+/// Function, file and line of a return address (looked up one byte before it,
+/// inside the call instruction). The innermost inlined function wins.
+fn resolve(address: u64) -> Option<Symbol> {
+    let mut found: Option<Symbol> = None;
+    let lookup = address.saturating_sub(1) as usize as *mut core::ffi::c_void;
+    // SAFETY: only this thread symbolizes while the tracer runs, which is the
+    // requirement of the unsynchronized entry point.
+    unsafe {
+        backtrace::resolve_unsynchronized(lookup, |sym| {
+            if found.is_some() {
+                return;
+            }
+            let Some(name) = sym.name() else { return };
+            found = Some(Symbol {
+                function: format!("{name:#}"),
+                file: sym.filename().map(|f| f.display().to_string()).unwrap_or_default(),
+                line: sym.lineno().unwrap_or(0),
+            });
+        });
+    }
+    found
+}
