@@ -87,7 +87,8 @@ impl Config {
             if formats.is_empty() && !c.wants_syscalls {
                 if bad.is_empty() {
                     complaints.push(
-                        "TRACER_FORMAT: empty (accepted: mlyze, dumpalloc, tlv); using mlyze".to_string(),
+                        "TRACER_FORMAT: empty (accepted: mlyze, dumpalloc, tlv); using mlyze"
+                            .to_string(),
                     );
                 } else {
                     complaints.push("TRACER_FORMAT: no known format left; using mlyze".to_string());
@@ -172,7 +173,11 @@ fn push_once(v: &mut Vec<Format>, f: Format) {
 }
 
 fn quoted_list(items: &[String]) -> String {
-    items.iter().map(|s| format!("{s:?}")).collect::<Vec<_>>().join(", ")
+    items
+        .iter()
+        .map(|s| format!("{s:?}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn parse_bool(v: &str) -> Option<bool> {
@@ -240,8 +245,10 @@ mod tests {
     use super::*;
 
     fn cfg(vars: &[(&str, &str)]) -> (Config, Vec<String>) {
-        let vars: Vec<(String, String)> =
-            vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let vars: Vec<(String, String)> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         Config::from_lookup(|name| vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone()))
     }
 
@@ -322,10 +329,23 @@ mod tests {
 
     #[test]
     fn output_template_expansion_and_extension_rule() {
-        let n = Names { pid: 4242, exe: "python3.11", start_secs: 1700000000 };
-        assert_eq!(expand_output("tracer-%e-%p", &n, "mlyze"), "tracer-python3.11-4242.mlyze");
-        assert_eq!(expand_output("/tmp/x-%t.mlyze", &n, "mlyze"), "/tmp/x-1700000000.mlyze");
-        assert_eq!(expand_output("/tmp/x.mlyze", &n, "dumpalloc"), "/tmp/x.mlyze.dumpalloc");
+        let n = Names {
+            pid: 4242,
+            exe: "python3.11",
+            start_secs: 1700000000,
+        };
+        assert_eq!(
+            expand_output("tracer-%e-%p", &n, "mlyze"),
+            "tracer-python3.11-4242.mlyze"
+        );
+        assert_eq!(
+            expand_output("/tmp/x-%t.mlyze", &n, "mlyze"),
+            "/tmp/x-1700000000.mlyze"
+        );
+        assert_eq!(
+            expand_output("/tmp/x.mlyze", &n, "dumpalloc"),
+            "/tmp/x.mlyze.dumpalloc"
+        );
         assert_eq!(expand_output("a%%p%q%", &n, "tlv"), "a%p%q%.tlv");
     }
 

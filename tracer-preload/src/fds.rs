@@ -31,7 +31,10 @@ pub fn register(fd: i32) -> Option<usize> {
         fd
     };
     for (i, slot) in FDS.iter().enumerate() {
-        if slot.compare_exchange(-1, fd, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
+        if slot
+            .compare_exchange(-1, fd, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
+        {
             return Some(i);
         }
     }
@@ -168,8 +171,14 @@ mod tests {
         assert_eq!(split_range(3, 100, &[50]), vec![(3, 49), (51, 100)]);
         assert_eq!(split_range(3, 100, &[3, 100]), vec![(4, 99)]);
         assert_eq!(split_range(3, 5, &[3, 4, 5]), Vec::<(u32, u32)>::new());
-        assert_eq!(split_range(3, u32::MAX, &[960, 961]), vec![(3, 959), (962, u32::MAX)]);
-        assert_eq!(split_range(3, u32::MAX, &[u32::MAX]), vec![(3, u32::MAX - 1)]);
+        assert_eq!(
+            split_range(3, u32::MAX, &[960, 961]),
+            vec![(3, 959), (962, u32::MAX)]
+        );
+        assert_eq!(
+            split_range(3, u32::MAX, &[u32::MAX]),
+            vec![(3, u32::MAX - 1)]
+        );
         assert_eq!(split_range(10, 20, &[5, 30]), vec![(10, 20)]);
     }
 }

@@ -89,7 +89,7 @@ pub unsafe fn aligned_alloc(align: size_t, size: size_t) -> *mut c_void {
 
 pub unsafe fn posix_memalign(out: *mut *mut c_void, align: size_t, size: size_t) -> c_int {
     let word = core::mem::size_of::<*mut c_void>();
-    if align % word != 0 || !(align / word).is_power_of_two() {
+    if !align.is_multiple_of(word) || !(align / word).is_power_of_two() {
         return libc::EINVAL;
     }
     let saved = sys::errno();
@@ -186,7 +186,10 @@ pub unsafe fn closefrom(low: c_int) {
         return;
     }
     // No close_range in this kernel: close one by one up to the limit.
-    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
     let top = if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 {
         lim.rlim_cur.min(1 << 20) as c_uint
     } else {
@@ -210,7 +213,8 @@ extern "C" {
     static mut environ: *const *const c_char;
 }
 
-type ExecvpeFn = unsafe extern "C" fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int;
+type ExecvpeFn =
+    unsafe extern "C" fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int;
 
 /// glibc's own `execvpe` (the next definition after ours).
 unsafe fn real_execvpe() -> Option<ExecvpeFn> {
@@ -266,7 +270,11 @@ unsafe fn exec_common(
     let traced = lifecycle::is_traced_process();
     let resume = traced && lifecycle::before_exec();
     let (_owned, rewritten) = exec_env(envp);
-    let envp = if rewritten.is_empty() { envp } else { rewritten.as_ptr() };
+    let envp = if rewritten.is_empty() {
+        envp
+    } else {
+        rewritten.as_ptr()
+    };
     let rc = if search_path {
         match real_execvpe() {
             Some(f) => f(file, argv, envp),
@@ -286,7 +294,11 @@ unsafe fn exec_common(
     rc
 }
 
-pub unsafe fn execve(path: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int {
+pub unsafe fn execve(
+    path: *const c_char,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+) -> c_int {
     exec_common(path, argv, envp, false)
 }
 
@@ -298,6 +310,10 @@ pub unsafe fn execvp(file: *const c_char, argv: *const *const c_char) -> c_int {
     exec_common(file, argv, environ, true)
 }
 
-pub unsafe fn execvpe(file: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int {
+pub unsafe fn execvpe(
+    file: *const c_char,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+) -> c_int {
     exec_common(file, argv, envp, true)
 }

@@ -73,10 +73,12 @@ impl StackTable {
         self.ids.get(&key).copied()
     }
 
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.ids.len()
     }
 
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.ids.is_empty()
     }
@@ -103,7 +105,11 @@ mod tests {
     fn no_collisions_among_many_similar_stacks() {
         let mut seen = HashSet::new();
         for i in 0..200_000u64 {
-            let frames = [0x5555_0000_1000 + (i % 1000) * 8, 0x5555_0000_2000 + i / 1000, 0x7f00_0000_0000];
+            let frames = [
+                0x5555_0000_1000 + (i % 1000) * 8,
+                0x5555_0000_2000 + i / 1000,
+                0x7f00_0000_0000,
+            ];
             assert!(seen.insert(stack_key(&frames)), "collision at {i}");
         }
     }

@@ -21,18 +21,25 @@
 //! | [`config`] | `TRACER_*` environment variables |
 //! | [`preload`] | `LD_PRELOAD` editing for `TRACER_FOLLOW_EXEC=0` |
 
-pub mod alloc;
-pub mod config;
-pub mod fds;
-pub mod hooks;
-pub mod intern;
-pub mod lifecycle;
-pub mod objects;
-pub mod preload;
-pub mod sys;
-pub mod tls;
-pub mod unwind;
-pub mod writer;
+// The exported functions' safety contracts are those of the C functions of the
+// same names (glibc's manual pages); restating them on each would add nothing.
+#![allow(clippy::missing_safety_doc)]
+
+mod alloc;
+mod config;
+#[cfg_attr(test, allow(dead_code))]
+mod fds;
+mod hooks;
+mod intern;
+// The constructor and the handlers it registers are not built into unit tests.
+#[cfg_attr(test, allow(dead_code))]
+mod lifecycle;
+mod objects;
+mod preload;
+mod sys;
+mod tls;
+mod unwind;
+mod writer;
 
 use libc::{c_char, c_int, c_uint, c_void, size_t};
 
@@ -75,7 +82,11 @@ pub unsafe extern "C" fn reallocarray(ptr: *mut c_void, n: size_t, size: size_t)
 }
 
 #[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn posix_memalign(out: *mut *mut c_void, align: size_t, size: size_t) -> c_int {
+pub unsafe extern "C" fn posix_memalign(
+    out: *mut *mut c_void,
+    align: size_t,
+    size: size_t,
+) -> c_int {
     hooks::posix_memalign(out, align, size)
 }
 

@@ -24,7 +24,9 @@
 //! dropped unwritten. A `vfork` child shares our memory but not our pid: the
 //! lifecycle entry points check the raw pid and leave everything alone there.
 
-use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use core::sync::atomic::{
+    AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
+};
 use std::cell::UnsafeCell;
 use std::io::BufWriter;
 use std::os::fd::IntoRawFd;
@@ -54,7 +56,8 @@ static DEPTH: AtomicUsize = AtomicUsize::new(config::DEFAULT_DEPTH);
 static UNWIND_FP: AtomicBool = AtomicBool::new(false);
 static SENDER: AtomicPtr<Sender<Msg>> = AtomicPtr::new(core::ptr::null_mut());
 static CONTROL: AtomicPtr<Control> = AtomicPtr::new(core::ptr::null_mut());
-static HANDLE: AtomicPtr<std::thread::JoinHandle<Receiver<Msg>>> = AtomicPtr::new(core::ptr::null_mut());
+static WRITER_THREAD: AtomicU64 = AtomicU64::new(0);
+static WRITER_RUNNING: AtomicBool = AtomicBool::new(false);
 static CONFIG: AtomicPtr<Config> = AtomicPtr::new(core::ptr::null_mut());
 
 /// Messages the channel holds (48 bytes each: 768 KiB).
@@ -73,7 +76,10 @@ struct Early {
 // SAFETY: `events` is only touched by the thread holding `locked`.
 unsafe impl Sync for Early {}
 
-static EARLY: Early = Early { locked: AtomicBool::new(false), events: UnsafeCell::new(Vec::new()) };
+static EARLY: Early = Early {
+    locked: AtomicBool::new(false),
+    events: UnsafeCell::new(Vec::new()),
+};
 
 impl Early {
     fn lock(&self) {
@@ -141,7 +147,10 @@ fn deliver_early(msg: Msg) -> bool {
 /// First hook call ever: start the clock, learn who we are.
 #[cold]
 fn begin() {
-    if STATE.compare_exchange(NOT_YET, INITIALISING, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+    if STATE
+        .compare_exchange(NOT_YET, INITIALISING, Ordering::AcqRel, Ordering::Acquire)
+        .is_ok()
+    {
         START_NS.store(sys::now_ns(), Ordering::Relaxed);
         TRACED_PID.store(sys::raw_getpid(), Ordering::Relaxed);
         unwind::init();
@@ -187,12 +196,22 @@ fn stack_now() -> u64 {
     if depth == 0 {
         return NO_STACK;
     }
-    let method = if UNWIND_FP.load(Ordering::Relaxed) { Unwind::Fp } else { Unwind::Dwarf };
+    let method = if UNWIND_FP.load(Ordering::Relaxed) {
+        Unwind::Fp
+    } else {
+        Unwind::Dwarf
+    };
     let mut buf = [0u64; config::MAX_DEPTH];
     let n = unwind::capture(method, &mut buf[..depth]);
     let frames = &buf[..n];
     let key = stack_key(frames);
-    if key != NO_STACK && !tls::already_sent(key) && !deliver(Msg::Stack { key, frames: frames.into() }) {
+    if key != NO_STACK
+        && !tls::already_sent(key)
+        && !deliver(Msg::Stack {
+            key,
+            frames: frames.into(),
+        })
+    {
         tls::forget_sent(key);
     }
     key
@@ -200,7 +219,10 @@ fn stack_now() -> u64 {
 
 #[inline]
 fn active() -> bool {
-    matches!(STATE.load(Ordering::Relaxed), NOT_YET | INITIALISING | TRACING)
+    matches!(
+        STATE.load(Ordering::Relaxed),
+        NOT_YET | INITIALISING | TRACING
+    )
 }
 
 /// A new block exists (called after the real allocation returned it).
@@ -213,7 +235,14 @@ pub fn on_alloc(addr: u64, size: u64, from_realloc: bool) {
     let saved = sys::errno();
     let key = stack_now();
     let time_ns = sys::now_ns();
-    deliver(Msg::Alloc { time_ns, tid: tls::tid(), addr, size, key, from_realloc });
+    deliver(Msg::Alloc {
+        time_ns,
+        tid: tls::tid(),
+        addr,
+        size,
+        key,
+        from_realloc,
+    });
     sys::set_errno(saved);
 }
 
@@ -253,7 +282,11 @@ pub fn on_marker(name: &[u8]) {
     let Some(_g) = tls::enter() else { return };
     let saved = sys::errno();
     let name: Box<str> = String::from_utf8_lossy(name).into();
-    deliver(Msg::Marker { time_ns: sys::now_ns(), tid: tls::tid(), name });
+    deliver(Msg::Marker {
+        time_ns: sys::now_ns(),
+        tid: tls::tid(),
+        name,
+    });
     sys::set_errno(saved);
 }
 
@@ -311,7 +344,11 @@ fn absolute(p: PathBuf) -> PathBuf {
 
 fn create_outputs(cfg: &Config, pid: u32) -> Vec<Output> {
     let exe = exe_name();
-    let names = config::Names { pid, exe: &exe, start_secs: START_NS.load(Ordering::Relaxed) / 1_000_000_000 };
+    let names = config::Names {
+        pid,
+        exe: &exe,
+        start_secs: START_NS.load(Ordering::Relaxed) / 1_000_000_000,
+    };
     let mut outputs = Vec::new();
     for &format in &cfg.formats {
         let ext = format.extension();
@@ -331,7 +368,7 @@ fn create_outputs(cfg: &Config, pid: u32) -> Vec<Output> {
         let path = absolute(path);
         let slot = fds::register(file.into_raw_fd());
         let Some(slot) = slot else { continue };
-        let sink = BufWriter::with_capacity(256 * 1024, fds::FdSink::new(slot));
+        let sink = BufWriter::with_capacity(64 * 1024, fds::FdSink::new(slot));
         let writer: Box<dyn TraceWriter> = match format {
             Format::Mlyze => Box::new(mlyze::Writer::new(sink)),
             Format::Dumpalloc => Box::new(dumpalloc::Writer::new(sink)),
@@ -343,7 +380,11 @@ fn create_outputs(cfg: &Config, pid: u32) -> Vec<Output> {
         if let Some(m) = &cfg.manifest {
             append_manifest(m, &path);
         }
-        outputs.push(Output { path, slot: Some(slot), writer });
+        outputs.push(Output {
+            path,
+            slot: Some(slot),
+            writer,
+        });
     }
     outputs
 }
@@ -365,8 +406,9 @@ fn append_manifest(manifest: &str, path: &std::path::Path) {
 }
 
 fn process_record(pid: u32) -> Process {
-    let executable =
-        std::fs::read_link("/proc/self/exe").map(|p| p.display().to_string()).unwrap_or_default();
+    let executable = std::fs::read_link("/proc/self/exe")
+        .map(|p| p.display().to_string())
+        .unwrap_or_default();
     let command_line = std::fs::read("/proc/self/cmdline")
         .map(|b| {
             b.split(|&c| c == 0)
@@ -375,13 +417,29 @@ fn process_record(pid: u32) -> Process {
                 .collect()
         })
         .unwrap_or_default();
-    Process { pid, executable, command_line, start_time_ns: START_NS.load(Ordering::Relaxed) }
+    Process {
+        pid,
+        executable,
+        command_line,
+        start_time_ns: START_NS.load(Ordering::Relaxed),
+    }
 }
 
 fn info(cfg: &Config) -> Vec<(String, String)> {
     let mut v = vec![
-        ("tracer".to_string(), format!("libtracer {}", env!("CARGO_PKG_VERSION"))),
-        ("unwind".to_string(), if cfg.unwind == Unwind::Fp { "fp" } else { "dwarf" }.to_string()),
+        (
+            "tracer".to_string(),
+            format!("libtracer {}", env!("CARGO_PKG_VERSION")),
+        ),
+        (
+            "unwind".to_string(),
+            if cfg.unwind == Unwind::Fp {
+                "fp"
+            } else {
+                "dwarf"
+            }
+            .to_string(),
+        ),
         ("stack_depth".to_string(), cfg.stack_depth.to_string()),
     ];
     // SAFETY: `u` is a writable utsname; uname fills NUL-terminated fields.
@@ -395,7 +453,9 @@ fn info(cfg: &Config) -> Vec<(String, String)> {
                 ("version", &u.version[..]),
                 ("machine", &u.machine[..]),
             ] {
-                let s = std::ffi::CStr::from_ptr(f.as_ptr()).to_string_lossy().into_owned();
+                let s = std::ffi::CStr::from_ptr(f.as_ptr())
+                    .to_string_lossy()
+                    .into_owned();
                 v.push((k.to_string(), s));
             }
         }
@@ -429,21 +489,99 @@ fn start(rx: Option<Receiver<Msg>>) -> bool {
         STATE.store(TRACING, Ordering::Release);
         std::mem::take(list)
     });
-    let setup = Setup { process: process_record(pid), info: info(cfg), depth: cfg.stack_depth };
-    let spawned = std::thread::Builder::new()
-        .name("libtracer".to_string())
-        .spawn(move || writer::run(rx, early, outputs, setup, &ctl));
-    match spawned {
-        Ok(h) => {
-            HANDLE.store(Box::into_raw(Box::new(h)), Ordering::Release);
+    let setup = Setup {
+        process: process_record(pid),
+        info: info(cfg),
+        depth: cfg.stack_depth,
+    };
+    let job = Box::new(Job {
+        rx,
+        early,
+        outputs,
+        setup,
+        ctl,
+    });
+    match spawn_writer(job) {
+        Ok(t) => {
+            WRITER_THREAD.store(t, Ordering::Release);
+            WRITER_RUNNING.store(true, Ordering::Release);
             true
         }
-        Err(e) => {
+        Err(rc) => {
             if !cfg.quiet {
-                sys::stderr_line(&format!("cannot start the writer thread: {e}; tracing disabled"));
+                sys::stderr_line(&format!(
+                    "cannot start the writer thread: {}; tracing disabled",
+                    std::io::Error::from_raw_os_error(rc)
+                ));
             }
             false
         }
+    }
+}
+
+/// Everything the writer thread starts with.
+struct Job {
+    rx: Receiver<Msg>,
+    early: Vec<Msg>,
+    outputs: Vec<Output>,
+    setup: Setup,
+    ctl: Arc<Control>,
+}
+
+/// Starts the writer with `pthread_create` rather than `std::thread`: std's
+/// spawn registers thread-local destructors (allocated by glibc on the
+/// spawning thread and freed by glibc at its exit, outside our guard) before
+/// our code could mark the new thread as the tracer's. All signals are blocked
+/// in the writer so the program's handlers never run on it.
+fn spawn_writer(job: Box<Job>) -> Result<libc::pthread_t, i32> {
+    extern "C" fn writer_main(arg: *mut libc::c_void) -> *mut libc::c_void {
+        tls::enter_forever();
+        // SAFETY: `arg` is the Box<Job> leaked by spawn_writer for this thread.
+        let job = unsafe { Box::from_raw(arg.cast::<Job>()) };
+        let Job {
+            rx,
+            early,
+            outputs,
+            setup,
+            ctl,
+        } = *job;
+        let rx = writer::run(rx, early, outputs, setup, &ctl);
+        Box::into_raw(Box::new(rx)).cast()
+    }
+    let arg = Box::into_raw(job);
+    // SAFETY: the signal sets are valid locals; the new thread takes ownership
+    // of `arg` (reclaimed below if it could not be created).
+    unsafe {
+        let mut all: libc::sigset_t = core::mem::zeroed();
+        let mut old: libc::sigset_t = core::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+        let mut t: libc::pthread_t = 0;
+        let rc = libc::pthread_create(&mut t, core::ptr::null(), writer_main, arg.cast());
+        libc::pthread_sigmask(libc::SIG_SETMASK, &old, core::ptr::null_mut());
+        if rc != 0 {
+            drop(Box::from_raw(arg));
+            return Err(rc);
+        }
+        libc::pthread_setname_np(t, c"libtracer".as_ptr());
+        Ok(t)
+    }
+}
+
+/// Waits for the writer thread to end and takes back its receiver.
+fn join_writer() -> Option<Receiver<Msg>> {
+    if !WRITER_RUNNING.swap(false, Ordering::AcqRel) {
+        return None;
+    }
+    let t = WRITER_THREAD.load(Ordering::Acquire) as libc::pthread_t;
+    let mut ret: *mut libc::c_void = core::ptr::null_mut();
+    // SAFETY: `t` is the writer thread, joined at most once (WRITER_RUNNING);
+    // it returns a leaked Box<Receiver>.
+    unsafe {
+        if libc::pthread_join(t, &mut ret) != 0 || ret.is_null() {
+            return None;
+        }
+        Some(*Box::from_raw(ret.cast::<Receiver<Msg>>()))
     }
 }
 
@@ -455,7 +593,10 @@ fn stop_writer(print: bool) -> Option<Receiver<Msg>> {
     if sys::raw_getpid() != TRACED_PID.load(Ordering::Relaxed) {
         return None; // a vfork child: the parent's trace is not ours to end
     }
-    if STATE.compare_exchange(TRACING, SHUTTING_DOWN, Ordering::AcqRel, Ordering::Acquire).is_err() {
+    if STATE
+        .compare_exchange(TRACING, SHUTTING_DOWN, Ordering::AcqRel, Ordering::Acquire)
+        .is_err()
+    {
         return None;
     }
     let _g = tls::enter();
@@ -486,13 +627,7 @@ fn stop_writer(print: bool) -> Option<Receiver<Msg>> {
             }
         }
     }
-    let h = HANDLE.swap(core::ptr::null_mut(), Ordering::AcqRel);
-    if h.is_null() {
-        return None;
-    }
-    // SAFETY: HANDLE holds a leaked Box<JoinHandle>, taken back exactly once.
-    let h = unsafe { Box::from_raw(h) };
-    h.join().ok()
+    join_writer()
 }
 
 extern "C" fn at_exit() {
@@ -529,7 +664,7 @@ extern "C" fn fork_child() {
             // The parent's channel, writer and files stay with the parent.
             STATE.store(SHUTTING_DOWN, Ordering::Release);
             CONTROL.store(core::ptr::null_mut(), Ordering::Release);
-            HANDLE.store(core::ptr::null_mut(), Ordering::Release);
+            WRITER_RUNNING.store(false, Ordering::Release);
             fds::release_all();
             let follow = config().is_some_and(|c| c.follow_fork && c.enabled);
             if state != TRACING || !follow || !start(None) {

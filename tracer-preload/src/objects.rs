@@ -84,7 +84,9 @@ unsafe extern "C" fn callback(
         let path = if info.dlpi_name.is_null() {
             String::new()
         } else {
-            std::ffi::CStr::from_ptr(info.dlpi_name).to_string_lossy().into_owned()
+            std::ffi::CStr::from_ptr(info.dlpi_name)
+                .to_string_lossy()
+                .into_owned()
         };
         let (mut lo, mut hi) = (u64::MAX, 0u64);
         for i in 0..info.dlpi_phnum as usize {

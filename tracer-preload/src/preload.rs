@@ -9,14 +9,19 @@ pub fn without_tracer(value: &[u8]) -> Vec<u8> {
     strip(value, |entry| {
         let base = entry.rsplit(|&c| c == b'/').next().unwrap_or(entry);
         let own_base = own.rsplit(|&c| c == b'/').next().unwrap_or(&own);
-        entry == own.as_slice() || base == b"libtracer.so" || (!own_base.is_empty() && base == own_base)
+        entry == own.as_slice()
+            || base == b"libtracer.so"
+            || (!own_base.is_empty() && base == own_base)
     })
 }
 
 /// Keeps the entries for which `is_ours` is false.
 pub fn strip(value: &[u8], is_ours: impl Fn(&[u8]) -> bool) -> Vec<u8> {
     let mut out = Vec::new();
-    for entry in value.split(|&c| c == b':' || c == b' ').filter(|e| !e.is_empty()) {
+    for entry in value
+        .split(|&c| c == b':' || c == b' ')
+        .filter(|e| !e.is_empty())
+    {
         if is_ours(entry) {
             continue;
         }
@@ -38,7 +43,9 @@ fn own_path() -> Vec<u8> {
         return Vec::new();
     }
     // SAFETY: dli_fname is a NUL-terminated string owned by the loader.
-    unsafe { core::ffi::CStr::from_ptr(info.dli_fname) }.to_bytes().to_vec()
+    unsafe { core::ffi::CStr::from_ptr(info.dli_fname) }
+        .to_bytes()
+        .to_vec()
 }
 
 fn empty_dl_info() -> libc::Dl_info {
@@ -58,7 +65,10 @@ mod tests {
     fn removes_only_our_entries() {
         let ours = |e: &[u8]| e.ends_with(b"/libtracer.so");
         assert_eq!(strip(b"/a/libtracer.so", ours), b"");
-        assert_eq!(strip(b"/x/libfoo.so:/a/libtracer.so /y/libbar.so", ours), b"/x/libfoo.so:/y/libbar.so");
+        assert_eq!(
+            strip(b"/x/libfoo.so:/a/libtracer.so /y/libbar.so", ours),
+            b"/x/libfoo.so:/y/libbar.so"
+        );
         assert_eq!(strip(b"::/x/libfoo.so::", ours), b"/x/libfoo.so");
     }
 }

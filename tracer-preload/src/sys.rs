@@ -43,10 +43,15 @@ pub fn raw_gettid() -> u32 {
 
 /// Nanoseconds since the Unix epoch (vDSO `clock_gettime`, no system call).
 pub fn now_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: `ts` is a valid, writable timespec.
     unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
-    (ts.tv_sec as u64).wrapping_mul(1_000_000_000).wrapping_add(ts.tv_nsec as u64)
+    (ts.tv_sec as u64)
+        .wrapping_mul(1_000_000_000)
+        .wrapping_add(ts.tv_nsec as u64)
 }
 
 /// Writes all of `bytes` to a descriptor with raw `write`, retrying on EINTR
@@ -89,7 +94,10 @@ pub fn dup_high(fd: c_int, min: c_int) -> c_int {
 /// The lowest descriptor number we park our trace files at: near the top of
 /// the soft limit, where programs rarely look, but below it so it is valid.
 pub fn high_fd_base() -> c_int {
-    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
     // SAFETY: `lim` is a valid, writable rlimit.
     let ok = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0;
     let soft = if ok { lim.rlim_cur } else { 1024 };

@@ -134,7 +134,7 @@ fn capture_fp(buf: &mut [u64]) -> Option<usize> {
     let mut n = 0;
     let mut skipping = true;
     while n < buf.len() {
-        if fp < lo || fp.checked_add(16).is_none_or(|end| end > hi) || fp % 8 != 0 {
+        if fp < lo || fp.checked_add(16).is_none_or(|end| end > hi) || !fp.is_multiple_of(8) {
             break;
         }
         // SAFETY: [fp, fp+16) lies inside this thread's mapped stack (checked

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, TryRecvError};
+use crossbeam_channel::Receiver;
 use format_writers::{
     Alloc, Event, Frame, Free, Marker, Object, Process, Record, Stack, Symbol, Thread, TraceWriter,
 };
@@ -26,16 +26,40 @@ use crate::{fds, objects, tls};
 /// One message from a hook to the writer. Kept small (48 bytes) because the
 /// channel preallocates a slot per message.
 pub enum Msg {
-    Alloc { time_ns: u64, tid: u32, addr: u64, size: u64, key: u64, from_realloc: bool },
-    Free { time_ns: u64, tid: u32, addr: u64 },
+    Alloc {
+        time_ns: u64,
+        tid: u32,
+        addr: u64,
+        size: u64,
+        key: u64,
+        from_realloc: bool,
+    },
+    Free {
+        time_ns: u64,
+        tid: u32,
+        addr: u64,
+    },
     /// The old block of a `realloc` about to run: becomes a `Free` once the
     /// same thread's `Alloc { from_realloc }` (or another thread's allocation
     /// at this address) shows the realloc released it; dropped on failure.
-    ReallocFree { time_ns: u64, tid: u32, addr: u64 },
-    ReallocFailed { tid: u32 },
+    ReallocFree {
+        time_ns: u64,
+        tid: u32,
+        addr: u64,
+    },
+    ReallocFailed {
+        tid: u32,
+    },
     /// A stack's frames, sent by each thread before its first use of `key`.
-    Stack { key: u64, frames: Box<[u64]> },
-    Marker { time_ns: u64, tid: u32, name: Box<str> },
+    Stack {
+        key: u64,
+        frames: Box<[u64]>,
+    },
+    Marker {
+        time_ns: u64,
+        tid: u32,
+        name: Box<str>,
+    },
 }
 
 /// One output file.
@@ -112,16 +136,11 @@ pub fn run(
     let mut idle = Duration::from_micros(500);
     loop {
         let mut got = 0u32;
-        loop {
-            match rx.try_recv() {
-                Ok(m) => {
-                    st.handle(m);
-                    got += 1;
-                    if got >= 4096 {
-                        break;
-                    }
-                }
-                Err(TryRecvError::Empty) | Err(TryRecvError::Disconnected) => break,
+        while let Ok(m) = rx.try_recv() {
+            st.handle(m);
+            got += 1;
+            if got >= 4096 {
+                break;
             }
         }
         ctl.progress.fetch_add(1, Ordering::Relaxed);
@@ -216,7 +235,13 @@ impl State {
                 }
                 let stack = Stack {
                     id,
-                    frames: frames.iter().map(|&address| Frame { address, symbol: None }).collect(),
+                    frames: frames
+                        .iter()
+                        .map(|&address| Frame {
+                            address,
+                            symbol: None,
+                        })
+                        .collect(),
                 };
                 self.emit(&Record::Stack(stack));
                 id
@@ -227,7 +252,11 @@ impl State {
     fn free(&mut self, time_ns: u64, tid: u32, addr: u64) {
         self.thread(tid);
         let time_ns = self.time(time_ns);
-        self.emit(&Record::Event(Event::Free(Free { time_ns, thread: tid, address: addr })));
+        self.emit(&Record::Event(Event::Free(Free {
+            time_ns,
+            thread: tid,
+            address: addr,
+        })));
     }
 
     fn handle(&mut self, m: Msg) {
@@ -236,7 +265,14 @@ impl State {
                 let key = if self.depth == 0 { NO_STACK } else { key };
                 self.new_stack(key, &frames);
             }
-            Msg::Alloc { time_ns, tid, addr, size, key, from_realloc } => {
+            Msg::Alloc {
+                time_ns,
+                tid,
+                addr,
+                size,
+                key,
+                from_realloc,
+            } => {
                 if !self.pending.is_empty() {
                     self.settle_pending(tid, addr, from_realloc);
                 }
@@ -330,7 +366,10 @@ fn resolve(address: u64) -> Option<Symbol> {
             let Some(name) = sym.name() else { return };
             found = Some(Symbol {
                 function: format!("{name:#}"),
-                file: sym.filename().map(|f| f.display().to_string()).unwrap_or_default(),
+                file: sym
+                    .filename()
+                    .map(|f| f.display().to_string())
+                    .unwrap_or_default(),
                 line: sym.lineno().unwrap_or(0),
             });
         });
