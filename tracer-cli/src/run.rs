@@ -266,16 +266,20 @@ pub fn execute(opts: &Options, out: &mut dyn Write) -> Result<i32, Failure> {
     Ok(code)
 }
 
-/// The trace files listed in the manifest (missing manifest: none).
+/// The trace files listed in the manifest, in order, each once (no
+/// manifest: none).
 fn read_manifest(path: &Path) -> Vec<PathBuf> {
     match std::fs::read(path) {
         Ok(bytes) => {
             use std::os::unix::ffi::OsStrExt;
-            bytes
-                .split(|&b| b == b'\n')
-                .filter(|l| !l.is_empty())
-                .map(|l| PathBuf::from(OsStr::from_bytes(l)))
-                .collect()
+            let mut files: Vec<PathBuf> = Vec::new();
+            for line in bytes.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
+                let path = PathBuf::from(OsStr::from_bytes(line));
+                if !files.contains(&path) {
+                    files.push(path);
+                }
+            }
+            files
         }
         Err(_) => Vec::new(),
     }

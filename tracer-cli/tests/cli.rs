@@ -706,3 +706,66 @@ fn run_passes_status_on_and_reads_the_manifest() {
     assert_eq!(o.status.code(), Some(127));
     assert!(stderr(&o).contains("/nonexistent/program: No such file or directory"));
 }
+
+/// `cargo test --release -p tracer-cli --test cli throughput -- --ignored
+/// --nocapture [FORMAT]`: end-to-end `tracer report` speed on a generated
+/// trace of 10M events (short-lived blocks, 4096 stacks of 20 frames).
+#[test]
+#[ignore]
+fn report_throughput() {
+    let formats: Vec<Format> = match std::env::var("TRACER_BENCH_FORMATS") {
+        Ok(v) => v.split(',').filter_map(Format::from_name).collect(),
+        Err(_) => vec![Format::Dumpalloc, Format::Mlyze],
+    };
+    let dir = scratch("throughput");
+    let n: u64 = 10_000_000;
+    for format in formats {
+        let path = dir.join(format!("big.{}", format.extension()));
+        let file = std::fs::File::create(&path).unwrap();
+        let out = BufWriter::with_capacity(1 << 20, file);
+        let mut w: Box<dyn TraceWriter> = match format {
+            Format::Dumpalloc => Box::new(dumpalloc::Writer::new(out)),
+            Format::Mlyze => Box::new(mlyze::Writer::new(out)),
+            Format::Tlv => continue,
+        };
+        for id in 0..4096u64 {
+            let frames = (0..20).map(|d| frame(0x40_0000 + id * 64 + d)).collect();
+            w.write(&Record::Stack(Stack { id, frames })).unwrap();
+        }
+        let mut x: u64 = 88172645463325252;
+        let mut live: Vec<u64> = Vec::with_capacity(2048);
+        let mut events = 0u64;
+        let mut i = 0u64;
+        while events < n {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let address = 0x1000_0000 + (i << 4);
+            i += 1;
+            w.write(&alloc(i * 1000, (x % 4) as u32, address, x % 512, x % 4096))
+                .unwrap();
+            live.push(address);
+            events += 1;
+            if live.len() > 1000 || x & 3 != 0 {
+                let k = (x as usize / 7) % live.len();
+                let a = live.swap_remove(k);
+                w.write(&free(i * 1000, (x % 4) as u32, a)).unwrap();
+                events += 1;
+            }
+        }
+        w.finish().unwrap();
+        let size = std::fs::metadata(&path).unwrap().len();
+        let start = std::time::Instant::now();
+        let o = tracer(&[OsStr::new("report"), path.as_os_str()]);
+        let secs = start.elapsed().as_secs_f64();
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        eprintln!(
+            "{}: {events} events, {size} bytes: tracer report {secs:.3} s = {:.1} M events/s",
+            format.name(),
+            events as f64 / secs / 1e6
+        );
+    }
+    if std::env::var_os("TRACER_BENCH_KEEP").is_none() {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
