@@ -22,15 +22,23 @@
 //! - `frees`: every `Free` event of a non-null address, including frees of
 //!   blocks allocated before tracing started (they are blocks released). Those
 //!   do not change the live figures and are counted apart in
-//!   [`HeapStats::frees_unknown`]. A `Free` of address 0 releases nothing and is
-//!   counted only in [`HeapStats::frees_null`].
+//!   [`HeapStats::frees_unknown`].
+//! - address 0 means *unknown address*: no allocator returns NULL as a new
+//!   block, and recorders that could not see addresses (the original Memlyze
+//!   recorder) write 0. An `Alloc` at 0 is a block of its own that no free can
+//!   match (it stays live to the end); a `Free` of 0 counts in `frees` and in
+//!   `frees_unknown` (some block was released, we cannot tell which). Both are
+//!   counted in [`HeapStats::allocs_without_address`] /
+//!   [`HeapStats::frees_without_address`].
 //! - an `Alloc` at an address that is already live (a lost free) replaces the
 //!   old block: the old one stops counting as live, and
 //!   [`HeapStats::reused_live_addresses`] says how often it happened.
 //! - **temporary**: heaptrack's meaning, per thread: a block freed by the
 //!   thread that allocated it, with no other allocation by that thread in
 //!   between. A realloc of the block just allocated therefore makes it
-//!   temporary, as in heaptrack.
+//!   temporary, as in heaptrack. A free whose thread is 0 (the format does
+//!   not record the freeing thread, as in mlyze) is taken to come from the
+//!   allocating thread.
 //! - **peak**: the largest number of bytes live at once, and the time of the
 //!   event that first reached it.
 
@@ -147,8 +155,10 @@ pub struct HeapStats {
     /// Frees of addresses not live in the trace (allocated before tracing,
     /// or double frees).
     pub frees_unknown: u64,
-    /// Frees of address 0.
-    pub frees_null: u64,
+    /// Frees of address 0 (address unknown; also in `frees_unknown`).
+    pub frees_without_address: u64,
+    /// Allocations at address 0 (address unknown).
+    pub allocs_without_address: u64,
     /// Allocations at an address that was still live.
     pub reused_live_addresses: u64,
     /// Allocations naming a stack id no `Stack` record defined before them.
@@ -192,13 +202,25 @@ impl LastAlloc {
         if self.tids.get(self.cached) == Some(&tid) {
             return &mut self.addresses[self.cached];
         }
+        if self.tids.len() <= 8 {
+            if let Some(i) = self.tids.iter().position(|&t| t == tid) {
+                self.cached = i;
+                return &mut self.addresses[i];
+            }
+        }
         self.slot_slow(tid)
     }
 
     #[cold]
     fn slot_slow(&mut self, tid: ThreadId) -> &mut u64 {
-        let i = match self.index.get(&tid) {
-            Some(&i) => i,
+        // A handful of threads: a linear scan beats hashing.
+        let found = if self.tids.len() <= 16 {
+            self.tids.iter().position(|&t| t == tid)
+        } else {
+            self.index.get(&tid).copied()
+        };
+        let i = match found {
+            Some(i) => i,
             None => {
                 self.tids.push(tid);
                 self.addresses.push(NO_ADDRESS);
@@ -246,15 +268,16 @@ impl Analysis {
     /// Feeds one record.
     #[inline]
     pub fn add(&mut self, record: Record) {
-        self.records += 1;
-        match record {
-            Record::Event(event) => self.event(&event),
-            other => self.add_meta(other),
+        match &record {
+            Record::Event(event) => self.event(event),
+            _ => self.add_meta(record),
         }
     }
 
+    /// Feeds a record that is not an event.
     #[cold]
-    fn add_meta(&mut self, record: Record) {
+    pub fn add_meta(&mut self, record: Record) {
+        self.records += 1;
         match record {
             Record::Process(p) => self.process = Some(p),
             Record::Object(o) => self.objects.push(o),
@@ -267,7 +290,10 @@ impl Analysis {
             Record::AddressSymbol { address, symbol } => {
                 self.symbols.insert(address, symbol);
             }
-            Record::Event(e) => self.event(&e),
+            Record::Event(e) => {
+                self.records -= 1;
+                self.event(&e)
+            }
         }
     }
 
@@ -285,6 +311,7 @@ impl Analysis {
     /// Feeds one event.
     #[inline]
     pub fn event(&mut self, event: &Event) {
+        self.records += 1;
         match event {
             Event::Alloc(a) => {
                 self.note_time(a.time_ns);
@@ -296,7 +323,15 @@ impl Analysis {
                     stack: a.stack,
                     thread: a.thread,
                 };
-                if let Some(old) = self.live.insert(a.address, block) {
+                let key = if a.address != 0 {
+                    a.address
+                } else {
+                    // A key of its own, from the top of the address space,
+                    // which user-space blocks never occupy.
+                    heap.allocs_without_address += 1;
+                    u64::MAX - heap.allocs_without_address
+                };
+                if let Some(old) = self.live.insert(key, block) {
                     heap.reused_live_addresses += 1;
                     heap.live_bytes -= old.size;
                 }
@@ -315,20 +350,24 @@ impl Analysis {
                         self.first_undefined_stack = Some((self.records, a.stack));
                     }
                 }
-                *self.last_alloc.slot(a.thread) = a.address;
+                *self.last_alloc.slot(a.thread) = key;
             }
             Event::Free(f) => {
                 self.note_time(f.time_ns);
+                self.heap.frees += 1;
                 if f.address == 0 {
-                    self.heap.frees_null += 1;
+                    self.heap.frees_without_address += 1;
+                    self.heap.frees_unknown += 1;
                     return;
                 }
-                self.heap.frees += 1;
                 match self.live.remove(&f.address) {
                     Some(block) => {
                         self.heap.live_bytes -= block.size;
-                        if block.thread == f.thread {
-                            let slot = self.last_alloc.slot(f.thread);
+                        // Thread 0 is no user thread: the format did not
+                        // record who freed (mlyze's FREE has no thread), so
+                        // the allocating thread is assumed.
+                        if block.thread == f.thread || f.thread == 0 {
+                            let slot = self.last_alloc.slot(block.thread);
                             if *slot == f.address {
                                 *slot = NO_ADDRESS;
                                 self.heap.temporary += 1;
@@ -509,28 +548,53 @@ mod tests {
             alloc(8, 1, 0x50, 8, 0),
             free(9, 1, 0x60),  // unknown block
             free(10, 1, 0x50), // no allocation in between: temporary
+            alloc(11, 3, 0x70, 8, 0),
+            free(12, 0, 0x70), // freeing thread unknown: thread 3 assumed
+            alloc(13, 3, 0x80, 8, 0),
+            alloc(14, 3, 0x90, 8, 0),
+            free(15, 0, 0x80), // thread 3 allocated 0x90 since: not temporary
         ]);
-        assert_eq!(a.heap.temporary, 2);
-        assert_eq!(a.heap.frees, 5);
+        assert_eq!(a.heap.temporary, 3);
+        assert_eq!(a.heap.frees, 7);
         assert_eq!(a.heap.frees_unknown, 1);
-        assert_eq!(a.heap.live_bytes, 8);
+        assert_eq!(a.heap.live_bytes, 16);
     }
 
     #[test]
-    fn reused_address_and_null_free_and_undefined_stack() {
+    fn reused_address_and_undefined_stack() {
         let a = run(vec![
             stack(0),
             alloc(1, 1, 0x10, 8, 0),
             alloc(2, 1, 0x10, 24, 7),
-            free(3, 1, 0),
         ]);
         assert_eq!(a.heap.reused_live_addresses, 1);
         assert_eq!(a.heap.live_bytes, 24);
         assert_eq!(a.live_blocks(), 1);
-        assert_eq!(a.heap.frees, 0);
-        assert_eq!(a.heap.frees_null, 1);
         assert_eq!(a.heap.undefined_stack_allocs, 1);
         assert_eq!(a.first_undefined_stack, Some((3, 7)));
+    }
+
+    #[test]
+    fn address_zero_means_unknown_address() {
+        // Three blocks at "0" are three live blocks; a free of 0 releases
+        // one we cannot name, so live figures stay; nothing is "reused".
+        let a = run(vec![
+            stack(0),
+            alloc(1, 1, 0, 100, 0),
+            alloc(2, 1, 0, 200, 0),
+            free(3, 1, 0),
+            alloc(4, 1, 0, 300, 0),
+        ]);
+        assert_eq!(a.heap.allocations, 3);
+        assert_eq!(a.heap.frees, 1);
+        assert_eq!(a.heap.frees_unknown, 1);
+        assert_eq!(a.heap.frees_without_address, 1);
+        assert_eq!(a.heap.allocs_without_address, 3);
+        assert_eq!(a.heap.reused_live_addresses, 0);
+        assert_eq!(a.heap.temporary, 0);
+        assert_eq!(a.heap.live_bytes, 600);
+        assert_eq!(a.heap.peak_bytes, 600);
+        assert_eq!(a.live_by_stack(), vec![(0, 600, 3)]);
     }
 
     #[test]

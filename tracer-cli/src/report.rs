@@ -76,7 +76,9 @@ pub struct ReportJson {
     /// Frees of addresses the trace never allocated (allocated before tracing
     /// started); included in `frees`.
     pub frees_of_untracked_blocks: u64,
-    pub frees_of_null: u64,
+    /// Frees and allocations whose address the recorder did not know (0).
+    pub frees_without_address: u64,
+    pub allocations_without_address: u64,
     pub allocations_at_live_address: u64,
     pub allocations_with_undefined_stack: u64,
     pub markers: u64,
@@ -145,7 +147,8 @@ pub fn json(a: &Analysis, format: &'static str, top: usize) -> ReportJson {
         leaked_blocks: a.live_blocks(),
         reachability_scan: false,
         frees_of_untracked_blocks: h.frees_unknown,
-        frees_of_null: h.frees_null,
+        frees_without_address: h.frees_without_address,
+        allocations_without_address: h.allocs_without_address,
         allocations_at_live_address: h.reused_live_addresses,
         allocations_with_undefined_stack: h.undefined_stack_allocs,
         markers: a.markers,
@@ -203,7 +206,7 @@ pub fn text(
 ) -> std::io::Result<()> {
     let h = &a.heap;
     match &a.process {
-        Some(p) => {
+        Some(p) if p.pid != 0 || !p.executable.is_empty() => {
             let mut line = format!("process: {}", p.pid);
             if !p.executable.is_empty() {
                 line.push(' ');
@@ -214,7 +217,7 @@ pub fn text(
             }
             writeln!(out, "{line}")?;
         }
-        None => writeln!(out, "process: unknown")?,
+        _ => writeln!(out, "process: unknown")?,
     }
     writeln!(out, "format: {format}")?;
     if let Some(s) = a.start_ns() {
@@ -262,6 +265,13 @@ pub fn text(
                 out,
                 "note: {} allocations returned an address that was still live (a free is missing)",
                 h.reused_live_addresses
+            )?;
+        }
+        if h.allocs_without_address + h.frees_without_address > 0 {
+            writeln!(
+                out,
+                "note: {} allocations and {} frees record no address: those blocks stay live",
+                h.allocs_without_address, h.frees_without_address
             )?;
         }
         if h.undefined_stack_allocs > 0 {

@@ -85,8 +85,11 @@ pub fn notes(a: &Analysis) -> Vec<String> {
             h.reused_live_addresses
         ));
     }
-    if h.frees_null > 0 {
-        v.push(format!("{} frees of address 0", h.frees_null));
+    if h.allocs_without_address + h.frees_without_address > 0 {
+        v.push(format!(
+            "{} allocations and {} frees record no address (0): their blocks cannot be matched",
+            h.allocs_without_address, h.frees_without_address
+        ));
     }
     v
 }

@@ -563,7 +563,6 @@ fn convert_refuses_to_overwrite_and_writes_0600() {
 }
 
 #[test]
-#[ignore = "until the mlyze codec lands on main"]
 fn convert_round_trip_dumpalloc_mlyze_keeps_the_figures() {
     let dir = scratch("convert-rt");
     let a = dir.join("a.dumpalloc");
