@@ -68,9 +68,19 @@ pub enum Verb {
         with the target's writer.\n\n\
         OUT is created exclusively with mode 0600 and never through a symbolic link; if OUT \
         exists the command fails rather than overwrite it. A partial OUT is removed when the \
-        input turns out to be corrupt."
+        input turns out to be corrupt. The mlyze writer spools events to OUT.spool while it \
+        works and appends .mlyze to OUT when it lacks that extension (the name written is \
+        then printed)."
     )]
     Convert(ConvertArgs),
+    /// Turn the spool a killed process left (FILE.mlyze.spool) into FILE.mlyze
+    #[command(
+        long_about = "Turn the spool a killed process left (FILE.mlyze.spool) into the mlyze \
+        file it stands for, up to the last complete flush. The spool is kept; the file is \
+        created exclusively (FILE.mlyze when it is the empty placeholder the writer reserved, \
+        else a numbered alternative)."
+    )]
+    Recover(FileArg),
 }
 
 #[derive(Debug, Args)]
@@ -226,6 +236,7 @@ fn execute(verb: Verb) -> Result<i32, Failure> {
         Verb::Dump(a) => crate::dump::execute(&a.file, &mut out)?,
         Verb::Validate(a) => crate::validate::execute(&a.file, &mut out)?,
         Verb::Convert(a) => crate::convert::execute(&a.input, a.to.into(), &a.output)?,
+        Verb::Recover(a) => crate::convert::recover(&a.file)?,
         Verb::Run(a) => {
             let opts = crate::run::Options {
                 format: a.format,

@@ -5,43 +5,133 @@
 //! symbolic link) and an existing file is never overwritten: the command fails
 //! and names it. Unlike the preload library, which picks `name.1.ext` when a
 //! name is taken, `convert` was given an explicit name, and writing somewhere
-//! else would surprise the script that asked for it. When the input turns out
-//! to be corrupt halfway, the partial output is removed.
+//! else would surprise the script that asked for it.
+//!
+//! mlyze stores its metadata before the events but only knows it at the end,
+//! so its file writer spools the events to `OUT.spool` and assembles `OUT` in
+//! `finish`: memory stays flat whatever the trace's size. That writer names
+//! its files the way `TRACER_OUTPUT` does, appending `.mlyze` when OUT lacks
+//! it; the name actually written is then printed.
+//!
+//! When the input turns out to be corrupt halfway, the partial output (and
+//! the spool) is removed.
 
 use std::io::{BufWriter, ErrorKind};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use format_writers::{dumpalloc, mlyze, output, tlv, Format, TraceWriter};
 
 use crate::failure::Failure;
 use crate::input::Trace;
 
+fn exists_failure(path: &Path) -> Failure {
+    Failure::Message(format!(
+        "{}: already exists; convert never overwrites a file (remove it or choose another name)",
+        path.display()
+    ))
+}
+
+/// The name mlyze's file writer uses for `path`.
+pub fn mlyze_name(path: &Path) -> PathBuf {
+    if path.to_string_lossy().ends_with(".mlyze") {
+        path.to_path_buf()
+    } else {
+        let mut s = path.as_os_str().to_os_string();
+        s.push(".mlyze");
+        PathBuf::from(s)
+    }
+}
+
+/// An open output: the writer, the file it writes, the spool (if any) to
+/// clean up on failure.
+type Opened = (Box<dyn TraceWriter>, PathBuf, Option<PathBuf>);
+
+/// The writer for `to` writing to (about) `path`.
+fn open_writer(to: Format, path: &Path) -> Result<Opened, Failure> {
+    if to == Format::Mlyze {
+        let wanted = mlyze_name(path);
+        if std::fs::symlink_metadata(&wanted).is_ok() {
+            return Err(exists_failure(&wanted));
+        }
+        let (w, final_path) = mlyze::Writer::create(path).map_err(|e| Failure::io(path, e))?;
+        let spool = w.spool_path().map(Path::to_path_buf);
+        if final_path != wanted {
+            // Someone created `wanted` between our check and the writer's
+            // exclusive create: do not write elsewhere.
+            drop(w);
+            let _ = std::fs::remove_file(&final_path);
+            if let Some(s) = spool {
+                let _ = std::fs::remove_file(s);
+            }
+            return Err(exists_failure(&wanted));
+        }
+        return Ok((Box::new(w), final_path, spool));
+    }
+    let file = output::open_new(path).map_err(|e| match e.kind() {
+        ErrorKind::AlreadyExists => exists_failure(path),
+        _ => Failure::io(path, e),
+    })?;
+    let out = BufWriter::with_capacity(1 << 16, file);
+    let w: Box<dyn TraceWriter> = match to {
+        Format::Dumpalloc => Box::new(dumpalloc::Writer::new(out)),
+        Format::Tlv => Box::new(tlv::Writer::new(out)),
+        Format::Mlyze => unreachable!("handled above"),
+    };
+    Ok((w, path.to_path_buf(), None))
+}
+
 /// Runs the verb.
 pub fn execute(input: &Path, to: Format, output_path: &Path) -> Result<i32, Failure> {
     let mut trace = Trace::open(input)?;
-    let file = output::open_new(output_path).map_err(|e| match e.kind() {
-        ErrorKind::AlreadyExists => Failure::Message(format!(
-            "{}: already exists; convert never overwrites a file (remove it or choose another name)",
-            output_path.display()
-        )),
-        _ => Failure::io(output_path, e),
-    })?;
-    let out = BufWriter::with_capacity(1 << 16, file);
-    let mut writer: Box<dyn TraceWriter> = match to {
-        Format::Dumpalloc => Box::new(dumpalloc::Writer::new(out)),
-        Format::Mlyze => Box::new(mlyze::Writer::new(out)),
-        Format::Tlv => Box::new(tlv::Writer::new(out)),
-    };
+    let (mut writer, written, spool) = open_writer(to, output_path)?;
     let mut copy = || -> Result<(), Failure> {
         while let Some(r) = trace.next_record()? {
-            writer.write(&r).map_err(|e| Failure::io(output_path, e))?;
+            writer.write(&r).map_err(|e| Failure::io(&written, e))?;
         }
         Ok(())
     };
-    let result = copy().and_then(|()| writer.finish().map_err(|e| Failure::io(output_path, e)));
+    let result = copy().and_then(|()| writer.finish().map_err(|e| Failure::io(&written, e)));
     if result.is_err() {
-        // We created the file exclusively a moment ago: it is ours to remove.
-        let _ = std::fs::remove_file(output_path);
+        // We created these files exclusively a moment ago: they are ours.
+        let _ = std::fs::remove_file(&written);
+        if let Some(s) = &spool {
+            let _ = std::fs::remove_file(s);
+        }
+    } else if written != output_path {
+        eprintln!("tracer: wrote {}", written.display());
     }
     result.map(|()| 0)
+}
+
+/// `tracer recover SPOOL`: turns the spool a killed process left next to its
+/// mlyze file into that file.
+pub fn recover(spool: &Path) -> Result<i32, Failure> {
+    let (path, stats) = mlyze::recover(spool).map_err(|e| Failure::format(spool, e))?;
+    let mut line = format!(
+        "tracer: recovered {} from {} ({} chunks, {} bytes of events",
+        path.display(),
+        spool.display(),
+        stats.chunks,
+        stats.event_bytes
+    );
+    if stats.torn_tail_bytes > 0 {
+        line.push_str(&format!(
+            "; {} bytes of an unfinished write dropped",
+            stats.torn_tail_bytes
+        ));
+    }
+    line.push(')');
+    eprintln!("{line}");
+    Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mlyze_names() {
+        assert_eq!(mlyze_name(Path::new("a.mlyze")), Path::new("a.mlyze"));
+        assert_eq!(mlyze_name(Path::new("a.bin")), Path::new("a.bin.mlyze"));
+    }
 }

@@ -19,7 +19,7 @@
 //! | [`suppressions`] | LeakSanitizer-style `leak:PATTERN` files |
 //! | [`dump`] | `tracer dump` |
 //! | [`validate`] | `tracer validate` |
-//! | [`convert`] | `tracer convert` |
+//! | [`convert`] | `tracer convert`, `tracer recover` |
 //! | [`run`] | `tracer run` |
 
 pub mod analysis;
