@@ -80,6 +80,8 @@ pub fn detect(magic: &[u8]) -> Option<Format> {
     match magic.get(..4)? {
         b"PROC" => Some(Format::Dumpalloc),
         b"MTRC" => Some(Format::Mlyze),
+        // The spool of an unfinished mlyze writer: `mlyze::Reader` reads it too.
+        b"MTRS" => Some(Format::Mlyze),
         [0x78, 0x06, 0x17, 0xa5] => Some(Format::Tlv),
         _ => None,
     }

@@ -854,6 +854,40 @@ proptest! {
         prop_assert_eq!(doc_read(&file).events.len(), n);
     }
 
+    /// The three ways to a file agree byte for byte: in memory, `finish` through
+    /// a spool, and recovery of a spool flushed at arbitrary points.
+    #[test]
+    fn spool_finish_and_recovery_match_the_in_memory_writer(
+        input in trace(),
+        flush_every in 1usize..20,
+    ) {
+        let reference = write_all(&input);
+        let dir = scratch_dir(&format!("prop-{}", flush_every));
+        for kill in [false, true] {
+            let (mut w, path) = Writer::create(&dir.join("p")).unwrap();
+            let spool = w.spool_path().unwrap().to_path_buf();
+            for (i, r) in input.iter().enumerate() {
+                w.write(r).unwrap();
+                if i % flush_every == 0 {
+                    w.flush().unwrap();
+                }
+            }
+            if kill {
+                w.flush().unwrap();
+                drop(w);
+                let (p, stats) = mlyze::recover(&spool).unwrap();
+                prop_assert_eq!(&p, &path);
+                prop_assert_eq!(stats.torn_tail_bytes, 0);
+            } else {
+                Box::new(w).finish().unwrap();
+            }
+            prop_assert_eq!(std::fs::read(&path).unwrap(), reference.clone());
+            std::fs::remove_dir_all(&dir).unwrap();
+            std::fs::create_dir_all(&dir).unwrap();
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     #[test]
     fn one_byte_reads_match_buffered_reads(input in trace()) {
         let file = write_all(&input);
@@ -1092,4 +1126,188 @@ fn create_never_overwrites() {
     assert_eq!(mode & 0o777, 0o600);
     drop(w);
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// What reading a spool directly must give: the records in the order they were
+/// written (each flush's log before its events), events transformed as in a
+/// finished file, late symbols not folded into frames.
+fn expected_stream(input: &[Record]) -> Vec<Record> {
+    let process_start = input.iter().find_map(|r| match r {
+        Record::Process(p) if p.start_time_ns != 0 => Some(p.start_time_ns / 1000),
+        _ => None,
+    });
+    let first_us = input.iter().find_map(|r| match r {
+        Record::Event(e) if !matches!(e, Event::Syscall(_)) => e.time_ns().map(|t| t / 1000),
+        _ => None,
+    });
+    let mut last_us = match (process_start, first_us) {
+        (Some(p), Some(f)) => p.min(f),
+        (_, Some(f)) => f,
+        _ => 0,
+    };
+    let mut seen = std::collections::HashSet::new();
+    let mut out = Vec::new();
+    for r in input {
+        match r {
+            Record::Stack(s) => {
+                seen.insert(s.id);
+                out.push(r.clone());
+            }
+            Record::Event(Event::Syscall(_)) => {}
+            Record::Event(e) => {
+                let mut e = e.clone();
+                last_us = last_us.max(e.time_ns().unwrap() / 1000);
+                let t = last_us * 1000;
+                match &mut e {
+                    Event::Alloc(a) => {
+                        a.time_ns = t;
+                        if seen.insert(a.stack) {
+                            out.push(Record::Stack(Stack {
+                                id: a.stack,
+                                frames: Vec::new(),
+                            }));
+                        }
+                    }
+                    Event::Free(f) => {
+                        f.time_ns = t;
+                        f.thread = 0;
+                    }
+                    Event::Gc(g) => g.time_ns = t,
+                    Event::Marker(m) => m.time_ns = t,
+                    Event::Syscall(_) => unreachable!(),
+                }
+                out.push(Record::Event(e));
+            }
+            other => out.push(other.clone()),
+        }
+    }
+    out
+}
+
+#[test]
+fn a_spool_reads_directly_up_to_the_last_flush() {
+    let dir = scratch_dir("direct");
+    let (mut w, _) = Writer::create(&dir.join("d")).unwrap();
+    let spool = w.spool_path().unwrap().to_path_buf();
+    let mut groups: Vec<Vec<Record>> = vec![vec![
+        Record::Process(Process {
+            pid: 3,
+            executable: "/bin/d".into(),
+            command_line: vec![],
+            start_time_ns: 1_700_000_000_000_000_000,
+        }),
+        Record::Thread(Thread {
+            tid: 9,
+            name: "t".into(),
+        }),
+        Record::Info(vec![("a".into(), "b".into())]),
+    ]];
+    for k in 0..4 {
+        let mut g = sample_records(200, k);
+        g.push(Record::Event(Event::Marker(Marker {
+            time_ns: 1_700_000_000_000_000_000 + k * 5_000_000_000,
+            thread: k as u32,
+            name: format!("phase{k}"),
+        })));
+        g.push(alloc(1_700_000_000_000_000_000, 5, 1, 1, 999)); // unknown stack, old time
+        groups.push(g);
+    }
+    groups.push(vec![Record::AddressSymbol {
+        address: 0x4001,
+        symbol: Symbol {
+            function: "late".into(),
+            file: "l.c".into(),
+            line: 2,
+        },
+    }]);
+    let mut flushed = Vec::new();
+    for g in &groups {
+        for r in g {
+            w.write(r).unwrap();
+        }
+        w.flush().unwrap();
+        flushed.extend(g.iter().cloned());
+    }
+    w.write(&alloc(1, 1, 1, 1, 0)).unwrap(); // not flushed
+    drop(w);
+    let (format, reader) = open(&spool).unwrap();
+    assert_eq!(format, Format::Mlyze);
+    let got: Vec<Record> = reader.collect::<Result<_>>().unwrap();
+    assert_eq!(got, expected_stream(&flushed));
+    // A torn spool reads up to the tear, then reports it.
+    let bytes = std::fs::read(&spool).unwrap();
+    let cut = &bytes[..bytes.len() - 3];
+    let results: Vec<Result<Record>> = Reader::new(cut).collect();
+    let err = results.last().unwrap().as_ref().unwrap_err();
+    assert!(matches!(err, FormatError::Truncated { .. }), "{err}");
+    assert_eq!(err.offset(), cut.len() as u64);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+// ---------------------------------------------------------------- throughput (manual)
+
+/// `cargo test --release -p format-writers --test mlyze -- --ignored --nocapture throughput`
+#[test]
+#[ignore = "measurement: 10M events, run by hand in --release"]
+fn throughput() {
+    const N: u64 = 10_000_000;
+    let mut records = Vec::new();
+    for s in 0..4096u64 {
+        records.push(Record::Stack(Stack {
+            id: s,
+            frames: (0..20)
+                .map(|i| Frame {
+                    address: 0x40_0000 + s * 64 + i,
+                    symbol: None,
+                })
+                .collect(),
+        }));
+    }
+    let mut out = Vec::new();
+    let mut w = Writer::new(&mut out);
+    for r in &records {
+        w.write(r).unwrap();
+    }
+    let t = std::time::Instant::now();
+    let mut time = 1_700_000_000_000_000_000u64;
+    let mut live = std::collections::VecDeque::new();
+    for i in 0..N {
+        time += 700 + (i % 5) * 300;
+        let r = if i % 2 == 0 || live.is_empty() {
+            let addr = 0x5555_0000_0000 + i * 48;
+            live.push_back(addr);
+            alloc(
+                time,
+                1000 + (i % 4) as u32,
+                addr,
+                16 + (i * 7) % 2000,
+                (i * 31) % 4096,
+            )
+        } else {
+            free(time, 1000, live.pop_front().unwrap())
+        };
+        w.write(&r).unwrap();
+    }
+    w.finish().unwrap();
+    let enc = t.elapsed();
+    let ev_bytes = events_part(&out).len();
+    println!(
+        "encode: {:.1} M events/s; {:.2} bytes/event; file {} MB",
+        N as f64 / enc.as_secs_f64() / 1e6,
+        ev_bytes as f64 / N as f64,
+        out.len() >> 20
+    );
+    let t = std::time::Instant::now();
+    let mut n = 0u64;
+    for r in Reader::new(&out[..]) {
+        if let Record::Event(_) = r.unwrap() {
+            n += 1;
+        }
+    }
+    let dec = t.elapsed();
+    assert_eq!(n, N);
+    println!(
+        "decode: {:.1} M events/s",
+        N as f64 / dec.as_secs_f64() / 1e6
+    );
 }

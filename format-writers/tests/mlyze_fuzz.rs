@@ -272,6 +272,7 @@ fn mutated_spools_error_or_recover() {
     let mut recovered = 0;
     for _ in 0..4000 {
         let f = mutate(&mut rng, &seed);
+        check_read(&f); // the reader accepts spools directly
         std::fs::write(&probe, &f).unwrap();
         let bound = (4 * f.len()).max(1 << 20);
         LARGEST.store(0, Ordering::Relaxed);

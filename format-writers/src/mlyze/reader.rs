@@ -5,11 +5,13 @@
 //! Records come out in model order: the process, info, objects, threads, the
 //! stacks of the metadata, late symbol resolutions, then the events.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::io::Read;
 
 use serde::Deserialize;
 
+use super::spool::{replay, CHUNK_EVENTS, CHUNK_RECORDS, SPOOL_MAGIC, SPOOL_VERSION};
+use super::writer::Tables;
 use super::{decode_event, Bad, RawEvent, ALLOC, EXPECTED_TYPE, FREE, GC, HEADER_LEN, MAGIC};
 use super::{MARKER, MAX_EVENT, SLOTS, VERSION};
 use crate::bytes::ByteSource;
@@ -145,6 +147,30 @@ struct EventCtx {
 }
 
 impl EventCtx {
+    fn new(start_us: u64, functions: HashMap<u64, String>, stack_ids: &[u64]) -> Self {
+        EventCtx {
+            now_us: start_us,
+            seq: 0,
+            slot_tids: None,
+            slot_changes: Vec::new(),
+            next_change: 0,
+            next_change_seq: u64::MAX,
+            marker_threads: Vec::new(),
+            markers: 0,
+            functions,
+            known: KnownStacks::new(stack_ids),
+        }
+    }
+
+    /// Appends slot assignments (in event order) and re-arms the check.
+    fn add_slot_changes(&mut self, changes: &[(u64, u16, u32)]) {
+        self.slot_changes.extend_from_slice(changes);
+        self.next_change_seq = self
+            .slot_changes
+            .get(self.next_change)
+            .map_or(u64::MAX, |c| c.0);
+    }
+
     #[cold]
     fn apply_slot_changes(&mut self) {
         let tids = self
@@ -241,6 +267,25 @@ pub struct Reader<R> {
     /// An event held back while a made-up stack goes first.
     held: Option<Record>,
     ctx: Option<EventCtx>,
+    /// Set when the input is a spool rather than a finished file.
+    spool: Option<Box<SpoolIn>>,
+}
+
+/// Reading position inside a spool (see `spool.rs` for its layout).
+struct SpoolIn {
+    tables: Tables,
+    /// Records of the last log chunk not yet yielded.
+    pending: VecDeque<Record>,
+    /// Payload of the current events chunk, and the next event in it.
+    chunk: Vec<u8>,
+    pos: usize,
+    /// File offset of `chunk[0]`.
+    base: u64,
+    /// How much of the tables' functions, slots and marker threads the event
+    /// context has taken over.
+    functions: usize,
+    slots: usize,
+    markers: usize,
 }
 
 impl<R: Read> Reader<R> {
@@ -251,12 +296,21 @@ impl<R: Read> Reader<R> {
             records: Vec::new().into_iter(),
             held: None,
             ctx: None,
+            spool: None,
         }
     }
 
     fn read_head(&mut self) -> Result<()> {
         let mut h = [0u8; HEADER_LEN];
-        self.src.read_exact(&mut h, "the 256-byte mlyze header")?;
+        self.src.read_exact(
+            &mut h[..4],
+            "the mlyze magic \"MTRC\" (or a spool's \"MTRS\")",
+        )?;
+        if &h[0..4] == SPOOL_MAGIC {
+            return self.read_spool_head();
+        }
+        self.src
+            .read_exact(&mut h[4..], "the 256-byte mlyze header")?;
         if &h[0..4] != MAGIC {
             return Err(FormatError::invalid(
                 0,
@@ -404,18 +458,9 @@ impl<R: Read> Reader<R> {
             records.push(Record::AddressSymbol { address, symbol });
         }
 
-        let mut ctx = EventCtx {
-            now_us: start_us,
-            seq: 0,
-            slot_tids: None,
-            next_change_seq: slot_changes.first().map_or(u64::MAX, |c| c.0),
-            slot_changes,
-            next_change: 0,
-            marker_threads,
-            markers: 0,
-            functions,
-            known: KnownStacks::new(&ids),
-        };
+        let mut ctx = EventCtx::new(start_us, functions, &ids);
+        ctx.marker_threads = marker_threads;
+        ctx.add_slot_changes(&slot_changes);
         if ctx.next_change_seq != u64::MAX {
             // A slot map exists: slots it has not assigned yet still mean themselves.
             ctx.slot_tids = Some((0..SLOTS as u32).collect());
@@ -477,6 +522,9 @@ impl<R: Read> Reader<R> {
         if let Some(r) = self.held.take() {
             return Some(Ok(r));
         }
+        if self.spool.is_some() {
+            return self.next_spooled();
+        }
         let start = self.src.offset();
         let raw = match self.src.peek_buf() {
             Err(e) => return Some(Err(e)),
@@ -504,15 +552,132 @@ impl<R: Read> Reader<R> {
                 }
             },
         };
+        Some(Ok(self.model_event(raw)))
+    }
+
+    /// Maps a wire event to its record, holding it back behind a made-up stack.
+    #[inline]
+    fn model_event(&mut self, raw: RawEvent) -> Record {
         let ctx = self.ctx.as_mut().expect("metadata read before events");
         let (extra, ev) = ctx.decode(raw);
         match extra {
             Some(stack) => {
                 self.held = Some(Record::Event(ev));
-                Some(Ok(stack))
+                stack
             }
-            None => Some(Ok(Record::Event(ev))),
+            None => Record::Event(ev),
         }
+    }
+
+    fn read_spool_head(&mut self) -> Result<()> {
+        let version = self.src.read_u32_le("the spool version")?;
+        if version != SPOOL_VERSION {
+            return Err(FormatError::invalid(
+                4,
+                format!("spool version {SPOOL_VERSION}"),
+                format!("version {version}"),
+            ));
+        }
+        self.src.skip(8, "the reserved spool header bytes")?;
+        self.ctx = Some(EventCtx::new(0, HashMap::new(), &[]));
+        self.spool = Some(Box::new(SpoolIn {
+            tables: Tables::default(),
+            pending: VecDeque::new(),
+            chunk: Vec::new(),
+            pos: 0,
+            base: 0,
+            functions: 0,
+            slots: 0,
+            markers: 0,
+        }));
+        Ok(())
+    }
+
+    /// The next record of a spool: pending log records, then the events of the
+    /// current chunk, then the next chunk.
+    fn next_spooled(&mut self) -> Option<Result<Record>> {
+        loop {
+            let sp = self.spool.as_mut().expect("spool mode");
+            if let Some(r) = sp.pending.pop_front() {
+                return Some(Ok(r));
+            }
+            if sp.pos < sp.chunk.len() {
+                let at = sp.base + sp.pos as u64;
+                return Some(match decode_event(&sp.chunk[sp.pos..]) {
+                    Ok((raw, n)) => {
+                        sp.pos += n;
+                        Ok(self.model_event(raw))
+                    }
+                    Err(Bad::Incomplete) => Err(FormatError::truncated(
+                        sp.base + sp.chunk.len() as u64,
+                        "the rest of an event (cut by the end of its spool chunk)",
+                    )),
+                    Err(Bad::Invalid {
+                        pos,
+                        expected,
+                        found,
+                    }) => Err(FormatError::invalid(at + pos as u64, expected, found)),
+                });
+            }
+            match self.next_chunk() {
+                Ok(true) => continue,
+                Ok(false) => return None,
+                Err(e) => return Some(Err(e)),
+            }
+        }
+    }
+
+    /// Reads the next spool chunk; false at the end of the spool.
+    fn next_chunk(&mut self) -> Result<bool> {
+        if self.src.at_eof()? {
+            return Ok(false);
+        }
+        let at = self.src.offset();
+        let what = "a complete spool chunk (a torn last chunk: use `mlyze::recover`)";
+        let kind = self.src.read_u8(what)?;
+        let len = self.src.read_u32_le(what)?;
+        let base = self.src.offset();
+        let payload = self.src.read_vec(len.into(), what)?;
+        let sp = self.spool.as_mut().expect("spool mode");
+        let ctx = self.ctx.as_mut().expect("spool context");
+        match kind {
+            CHUNK_RECORDS => {
+                let t = &mut sp.tables;
+                replay(t, &payload, base, Some(&mut sp.pending))?;
+                for (id, name) in t.functions.iter().enumerate().skip(sp.functions) {
+                    ctx.functions.insert(id as u64, name.clone());
+                }
+                sp.functions = t.functions.len();
+                ctx.add_slot_changes(&t.thread_slots[sp.slots..]);
+                sp.slots = t.thread_slots.len();
+                ctx.marker_threads
+                    .extend_from_slice(&t.marker_threads[sp.markers..]);
+                sp.markers = t.marker_threads.len();
+                if ctx.seq == 0 {
+                    if let Some(start) = t.start_us {
+                        ctx.now_us = start;
+                    }
+                }
+                for r in &sp.pending {
+                    if let Record::Stack(s) = r {
+                        ctx.known.insert(s.id);
+                    }
+                }
+            }
+            CHUNK_EVENTS => {
+                sp.chunk = payload;
+                sp.pos = 0;
+                sp.base = base;
+            }
+            other => {
+                return Err(FormatError::invalid(
+                    at,
+                    "a spool chunk kind 1 (log) or 2 (events)",
+                    other.to_string(),
+                ))
+            }
+        }
+        Ok(true)
     }
 }
 

@@ -36,6 +36,7 @@
 //! writes the log chunk before the events chunk that may depend on it. A process
 //! killed in the middle of a write leaves a torn last chunk, which recovery drops.
 
+use std::collections::VecDeque;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::os::unix::fs::OpenOptionsExt;
@@ -45,7 +46,7 @@ use super::header;
 use super::writer::{copy_ranges, FrameRef, Tables};
 use crate::bytes::{put_varint, ByteSource};
 use crate::error::{FormatError, Result};
-use crate::model::{Object, Process, Thread};
+use crate::model::{Frame, Object, Process, Record, Stack, Symbol, Thread};
 use crate::output;
 
 pub const SPOOL_MAGIC: &[u8; 4] = b"MTRS";
@@ -310,8 +311,32 @@ fn check_id(id: u32, len: usize, at: u64, what: &str) -> Result<()> {
     }
 }
 
-/// Replays one log chunk into `t`.
-fn replay(t: &mut Tables, cur: &mut Cur) -> Result<()> {
+/// The model frame a logged frame stands for (ids already checked).
+fn frame_of(t: &Tables, f: &FrameRef) -> Frame {
+    let symbol = if Some(f.func) == t.unresolved {
+        None
+    } else {
+        Some(Symbol {
+            function: t.functions[f.func as usize].clone(),
+            file: t.files[f.file as usize].clone(),
+            line: f.line,
+        })
+    };
+    Frame {
+        address: f.addr,
+        symbol,
+    }
+}
+
+/// Replays one log chunk into `t`; with `emit`, also yields the model records
+/// the entries stand for, in log order (the streaming spool reader).
+pub(super) fn replay(
+    t: &mut Tables,
+    buf: &[u8],
+    base: u64,
+    mut emit: Option<&mut VecDeque<Record>>,
+) -> Result<()> {
+    let cur = &mut Cur { buf, pos: 0, base };
     while cur.pos < cur.buf.len() {
         let at = cur.at();
         let tag = cur.buf[cur.pos];
@@ -327,27 +352,39 @@ fn replay(t: &mut Tables, cur: &mut Cur) -> Result<()> {
                     command_line.push(cur.string("argument")?);
                 }
                 let start_time_ns = cur.varint("process start time")?;
-                t.process = Some(Process {
+                let p = Process {
                     pid,
                     executable,
                     command_line,
                     start_time_ns,
-                });
+                };
+                if let Some(out) = emit.as_deref_mut() {
+                    out.push_back(Record::Process(p.clone()));
+                }
+                t.process = Some(p);
             }
             entry::OBJECT => {
                 let path = cur.string("object path")?;
                 let load_address = cur.varint("load address")?;
                 let size = cur.varint("object size")?;
-                t.objects.push(Object {
+                let o = Object {
                     path,
                     load_address,
                     size,
-                });
+                };
+                if let Some(out) = emit.as_deref_mut() {
+                    out.push_back(Record::Object(o.clone()));
+                }
+                t.objects.push(o);
             }
             entry::THREAD => {
                 let tid = cur.u32("thread id")?;
                 let name = cur.string("thread name")?;
-                t.threads.push(Thread { tid, name });
+                let th = Thread { tid, name };
+                if let Some(out) = emit.as_deref_mut() {
+                    out.push_back(Record::Thread(th.clone()));
+                }
+                t.threads.push(th);
             }
             entry::FUNCTION | entry::FILE | entry::UNRESOLVED => {
                 let id_at = cur.at();
@@ -389,6 +426,10 @@ fn replay(t: &mut Tables, cur: &mut Cur) -> Result<()> {
                     check_id(f.file, t.files.len(), f_at, "file")?;
                     frames.push(f);
                 }
+                if let Some(out) = emit.as_deref_mut() {
+                    let frames = frames.iter().map(|f| frame_of(t, f)).collect();
+                    out.push_back(Record::Stack(Stack { id, frames }));
+                }
                 t.set_stack(id, frames);
             }
             entry::ADDRESS_SYMBOL => {
@@ -399,14 +440,40 @@ fn replay(t: &mut Tables, cur: &mut Cur) -> Result<()> {
                 let line = cur.u32("line")?;
                 check_id(func, t.functions.len(), s_at, "function")?;
                 check_id(file, t.files.len(), s_at, "file")?;
+                if let Some(out) = emit.as_deref_mut() {
+                    let symbol = frame_of(
+                        t,
+                        &FrameRef {
+                            addr,
+                            func,
+                            file,
+                            line,
+                        },
+                    )
+                    .symbol
+                    .unwrap_or_else(|| Symbol {
+                        function: super::writer::UNRESOLVED_NAME.into(),
+                        file: t.files[file as usize].clone(),
+                        line,
+                    });
+                    out.push_back(Record::AddressSymbol {
+                        address: addr,
+                        symbol,
+                    });
+                }
                 t.address_symbols.push((addr, func, file, line));
             }
             entry::INFO => {
                 let n = cur.count("info pair count")?;
+                let mut pairs = Vec::with_capacity(n);
                 for _ in 0..n {
                     let k = cur.string("info key")?;
                     let v = cur.string("info value")?;
-                    t.info.push((k, v));
+                    pairs.push((k, v));
+                }
+                t.info.extend(pairs.iter().cloned());
+                if let Some(out) = emit.as_deref_mut() {
+                    out.push_back(Record::Info(pairs));
                 }
             }
             entry::THREAD_SLOT => {
@@ -487,14 +554,7 @@ fn read_spool(file: &File) -> Result<(Tables, Ranges, RecoverStats)> {
         }
         if kind == CHUNK_RECORDS {
             let buf = src.read_vec(len, "a spool log chunk")?;
-            replay(
-                &mut t,
-                &mut Cur {
-                    buf: &buf,
-                    pos: 0,
-                    base: payload_at,
-                },
-            )?;
+            replay(&mut t, &buf, payload_at, None)?;
         } else {
             src.skip(len, "a spool events chunk")?;
             ranges.push((payload_at, len));
