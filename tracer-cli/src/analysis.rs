@@ -41,6 +41,9 @@
 //!   allocating thread.
 //! - **peak**: the largest number of bytes live at once, and the time of the
 //!   event that first reached it.
+//!
+//! Byte sums wrap or saturate rather than overflow: a corrupt file naming
+//! blocks of 2^64-1 bytes gives silly figures, never a crash.
 
 use format_writers::{
     Event, Frame, Object, Process, Record, StackId, Symbol, Syscall, Thread, ThreadId,
@@ -333,7 +336,7 @@ impl Analysis {
                 };
                 if let Some(old) = self.live.insert(key, block) {
                     heap.reused_live_addresses += 1;
-                    heap.live_bytes -= old.size;
+                    heap.live_bytes = heap.live_bytes.wrapping_sub(old.size);
                 }
                 heap.live_bytes = heap.live_bytes.wrapping_add(a.size);
                 if heap.live_bytes > heap.peak_bytes {
@@ -362,7 +365,7 @@ impl Analysis {
                 }
                 match self.live.remove(&f.address) {
                     Some(block) => {
-                        self.heap.live_bytes -= block.size;
+                        self.heap.live_bytes = self.heap.live_bytes.wrapping_sub(block.size);
                         // Thread 0 is no user thread: the format did not
                         // record who freed (mlyze's FREE has no thread), so
                         // the allocating thread is assumed.
@@ -438,7 +441,7 @@ impl Analysis {
         let mut groups: FxHashMap<StackId, (u64, u64)> = FxHashMap::default();
         for block in self.live.values() {
             let g = groups.entry(block.stack).or_default();
-            g.0 += block.size;
+            g.0 = g.0.saturating_add(block.size);
             g.1 += 1;
         }
         let mut out: Vec<(StackId, u64, u64)> =

@@ -60,8 +60,8 @@ pub fn compute(a: &Analysis, supp: &mut Suppressions) -> LeaksJson {
             .unwrap_or_default();
         if let Some(rule) = supp.matching(&frames) {
             supp.count(rule, bytes, blocks);
-            sup_bytes += bytes;
-            sup_blocks += blocks;
+            sup_bytes = u64::saturating_add(sup_bytes, bytes);
+            sup_blocks = u64::saturating_add(sup_blocks, blocks);
             continue;
         }
         leaks.push(LeakJson {
@@ -73,8 +73,8 @@ pub fn compute(a: &Analysis, supp: &mut Suppressions) -> LeaksJson {
         });
     }
     LeaksJson {
-        leaked_bytes: leaks.iter().map(|l| l.bytes).sum(),
-        leaked_blocks: leaks.iter().map(|l| l.blocks).sum(),
+        leaked_bytes: leaks.iter().fold(0, |s, l| s.saturating_add(l.bytes)),
+        leaked_blocks: leaks.iter().fold(0, |s, l| s.saturating_add(l.blocks)),
         leaks,
         suppressed_bytes: sup_bytes,
         suppressed_blocks: sup_blocks,

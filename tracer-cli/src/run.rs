@@ -17,7 +17,8 @@
 //! - Exit status: the child's own; 128+N when signal N killed it (as the
 //!   shell reports it); 127 when the program was not found, 126 when it could
 //!   not be executed. With `--leak-check`, the leak report of every allocation
-//!   trace listed in the manifest goes to stderr; with `--fail-on-leak`, the
+//!   trace listed in the manifest goes to stderr (once per process when it
+//!   wrote several formats); with `--fail-on-leak`, the
 //!   status is 23 when leaks remain (overriding the child's, as
 //!   LeakSanitizer's `exitcode` does), and 1 when a trace cannot be read.
 
@@ -237,6 +238,9 @@ pub fn execute(opts: &Options, out: &mut dyn Write) -> Result<i32, Failure> {
             json: false,
             fail: opts.fail_on_leak,
         };
+        // A process that wrote the same events in two formats (mlyze and
+        // dumpalloc) gets one report: traces are told apart by process.
+        let mut reported: Vec<(u32, u64)> = Vec::new();
         for f in &files {
             let analysis = match crate::input::Trace::open(f) {
                 Ok(t) if t.format == Format::Tlv => continue,
@@ -245,6 +249,13 @@ pub fn execute(opts: &Options, out: &mut dyn Write) -> Result<i32, Failure> {
             };
             match analysis {
                 Ok((_, a)) => {
+                    if let Some(p) = a.process.as_ref().filter(|p| p.pid != 0) {
+                        let key = (p.pid, p.start_time_ns);
+                        if reported.contains(&key) {
+                            continue;
+                        }
+                        reported.push(key);
+                    }
                     writeln!(out, "tracer: leak report for {}", f.display())?;
                     let c = crate::leaks::print(&a, &mut suppressions, &leak_opts, out)?;
                     if c == EXIT_LEAKS {

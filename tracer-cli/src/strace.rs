@@ -249,7 +249,7 @@ fn secs6(ns: u64) -> String {
 
 /// The `strace -c` table.
 pub fn summary(out: &mut dyn Write, rows: &[SummaryRow]) -> std::io::Result<()> {
-    let total: u64 = rows.iter().map(|r| r.total_ns).sum();
+    let total: u64 = rows.iter().fold(0, |s, r| s.saturating_add(r.total_ns));
     let calls: u64 = rows.iter().map(|r| r.calls).sum();
     let errors: u64 = rows.iter().map(|r| r.errors).sum();
     let rule = "------ ----------- ----------- ----------- --------- --------- ----------------";

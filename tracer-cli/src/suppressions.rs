@@ -82,8 +82,8 @@ impl Suppressions {
     pub fn count(&mut self, i: usize, bytes: u64, blocks: u64) {
         if let Some(r) = self.rules.get_mut(i) {
             r.hits += 1;
-            r.bytes += bytes;
-            r.blocks += blocks;
+            r.bytes = r.bytes.saturating_add(bytes);
+            r.blocks = r.blocks.saturating_add(blocks);
         }
     }
 }

@@ -942,3 +942,116 @@ fn report_throughput() {
         );
     }
 }
+
+/// `tracer run` with the real library, when it was built next to the
+/// binary (the CI builds every artifact before testing; `cargo test -p
+/// tracer-cli` alone does not build the library, and the test says so).
+#[test]
+fn run_with_the_real_library() {
+    let lib = Path::new(TRACER).with_file_name("libtracer.so");
+    if !lib.is_file() {
+        eprintln!("skipped: {} not built", lib.display());
+        return;
+    }
+    let dir = scratch("run-real");
+    let template = dir.join("t-%p");
+    let o = Command::new(TRACER)
+        .args(["run", "--format", "mlyze,dumpalloc", "--output"])
+        .arg(&template)
+        .args(["--", "sh", "-c", "exit 5"])
+        .env_remove("TRACER_LIB")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(5), "{}", stderr(&o));
+    let err = stderr(&o);
+    let written: Vec<PathBuf> = err
+        .lines()
+        .filter_map(|l| l.strip_prefix("tracer: wrote "))
+        .map(PathBuf::from)
+        .collect();
+    assert_eq!(written.len(), 2, "{err}");
+    for (file, ext) in written.iter().zip(["mlyze", "dumpalloc"]) {
+        assert!(file.starts_with(&*dir), "{err}");
+        assert_eq!(file.extension().unwrap(), ext, "{err}");
+        let v = tracer(&[OsStr::new("validate"), file.as_os_str()]);
+        assert_eq!(v.status.code(), Some(0), "{}", stderr(&v));
+    }
+    // Both formats hold the same process: the same figures.
+    let a = report_json(&written[0]);
+    let b = report_json(&written[1]);
+    for key in [
+        "allocations",
+        "frees",
+        "bytes_allocated",
+        "live_at_exit_bytes",
+    ] {
+        assert_eq!(a[key], b[key], "{key}");
+    }
+}
+
+/// Corrupted inputs: every verb's code path either succeeds or returns one
+/// error; none panics. Mutations are deterministic (a fixed xorshift seed)
+/// single-byte changes and truncations of a trace in each format.
+#[test]
+fn corrupted_traces_never_panic() {
+    let dir = scratch("corrupt");
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let mut checked = 0;
+    for format in [Format::Dumpalloc, Format::Mlyze] {
+        let good = dir.join(format!("good.{}", format.extension()));
+        write_trace(&good, format, &scenario());
+        let bytes = std::fs::read(&good).unwrap();
+        let bad = dir.join(format!("bad.{}", format.extension()));
+        for round in 0..400 {
+            let mut b = bytes.clone();
+            if round % 4 == 0 {
+                b.truncate((next() as usize) % b.len());
+            } else {
+                let at = (next() as usize) % b.len();
+                b[at] = next() as u8;
+            }
+            std::fs::write(&bad, &b).unwrap();
+            match tracer_cli::input::analyze(&bad) {
+                Ok((f, a)) => {
+                    let _ = tracer_cli::report::json(&a, f.name(), 10);
+                    let mut supp = tracer_cli::suppressions::Suppressions::default();
+                    let _ = tracer_cli::leaks::compute(&a, &mut supp);
+                    let mut out = Vec::new();
+                    let opts = tracer_cli::report::Options {
+                        json: false,
+                        top: 10,
+                        frames: 16,
+                    };
+                    tracer_cli::report::text(&mut out, &a, f.name(), &opts).unwrap();
+                }
+                Err(e) => {
+                    let line = e.to_string();
+                    assert!(line.starts_with("tracer: "), "{line}");
+                    assert!(!line.contains('\n'), "{line}");
+                }
+            }
+            let mut out = Vec::new();
+            let _ = tracer_cli::dump::execute(&bad, &mut out);
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, 800);
+
+    // Absurd sizes: sums wrap or saturate, the binary reports and exits 0.
+    let huge = dir.join("huge.dumpalloc");
+    let mut records = scenario();
+    records.push(alloc(20_000, 1, 0x7000, u64::MAX, 0));
+    records.push(alloc(20_001, 1, 0x8000, u64::MAX, 0));
+    records.push(free(20_002, 1, 0x7000));
+    write_trace(&huge, Format::Dumpalloc, &records);
+    for verb in ["report", "leaks", "validate"] {
+        let o = tracer(&[OsStr::new(verb), huge.as_os_str()]);
+        assert_eq!(o.status.code(), Some(0), "{verb}: {}", stderr(&o));
+    }
+}
