@@ -757,15 +757,27 @@ pub fn has_tls_segment(path: &Path) -> bool {
     })
 }
 
-/// The objects `ldd` says `binary` loads (with `preload` in `LD_PRELOAD`).
+/// The objects `binary` loads, as `ldd` lists them, plus `preload` and the
+/// objects it needs. (`ldd` is a shell script: it is never run with
+/// `LD_PRELOAD` set, or the tracer would trace the shell.)
 pub fn loaded_objects(binary: &Path, preload: Option<&Path>) -> Vec<PathBuf> {
-    let mut c = Command::new("ldd");
-    c.arg(binary).env_remove("LD_PRELOAD");
+    let mut v = ldd(binary);
     if let Some(p) = preload {
-        c.env("LD_PRELOAD", p);
+        v.push(p.to_path_buf());
+        v.extend(ldd(p));
     }
-    let out = c.output().expect("run ldd");
-    let mut v: Vec<PathBuf> = String::from_utf8_lossy(&out.stdout)
+    v.sort();
+    v.dedup();
+    v
+}
+
+fn ldd(object: &Path) -> Vec<PathBuf> {
+    let out = Command::new("ldd")
+        .arg(object)
+        .env_remove("LD_PRELOAD")
+        .output()
+        .expect("run ldd");
+    String::from_utf8_lossy(&out.stdout)
         .lines()
         .filter_map(|l| {
             let l = l.trim();
@@ -776,10 +788,7 @@ pub fn loaded_objects(binary: &Path, preload: Option<&Path>) -> Vec<PathBuf> {
             let path = path.split(" (").next()?.trim();
             path.starts_with('/').then(|| PathBuf::from(path))
         })
-        .collect();
-    v.sort();
-    v.dedup();
-    v
+        .collect()
 }
 
 /// Bytes of the dynamic thread vector glibc 2.36 callocs for each new thread

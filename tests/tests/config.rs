@@ -34,19 +34,16 @@ fn bad_setting(var: &str, value: &str) {
 }
 
 #[test]
-#[ignore = "needs libtracer.so: tracer-preload is not on main yet"]
 fn bad_stack_depth_is_one_line() {
     bad_setting("TRACER_STACK_DEPTH", "abc");
 }
 
 #[test]
-#[ignore = "needs libtracer.so: tracer-preload is not on main yet"]
 fn bad_format_is_one_line() {
     bad_setting("TRACER_FORMAT", "bogus");
 }
 
 #[test]
-#[ignore = "needs libtracer.so: tracer-preload is not on main yet"]
 fn trace_files_are_private() {
     let run = run_traced(&Cmd::new(example("leak")), &[]);
     let trace = single_trace(&run);
@@ -56,7 +53,6 @@ fn trace_files_are_private() {
 
 /// An existing file of the chosen name is left untouched: `.1` is used.
 #[test]
-#[ignore = "needs libtracer.so: tracer-preload is not on main yet"]
 fn existing_file_never_overwritten() {
     let dir = fresh_dir("taken");
     let taken = dir.join("t-fixed.mlyze");
@@ -75,7 +71,6 @@ fn existing_file_never_overwritten() {
 
 /// The dumpalloc format carries the same figures.
 #[test]
-#[ignore = "needs libtracer.so: tracer-preload is not on main yet"]
 fn dumpalloc_output_same_figures() {
     let run = run_traced(
         &Cmd::new(example("realloc")),

@@ -56,7 +56,6 @@ fn leak_valgrind() {
     valgrind_says("leak", LEAK);
 }
 #[test]
-#[ignore = "needs libtracer.so: tracer-preload is not on main yet"]
 fn leak_traced() {
     traced_matches("leak", LEAK);
 }
@@ -66,7 +65,6 @@ fn calloc_valgrind() {
     valgrind_says("calloc", CALLOC);
 }
 #[test]
-#[ignore = "needs libtracer.so: tracer-preload is not on main yet"]
 fn calloc_traced() {
     traced_matches("calloc", CALLOC);
 }
@@ -78,7 +76,6 @@ fn realloc_valgrind() {
     valgrind_says("realloc", REALLOC);
 }
 #[test]
-#[ignore = "needs libtracer.so: tracer-preload is not on main yet"]
 fn realloc_traced() {
     traced_matches("realloc", REALLOC);
 }
@@ -88,14 +85,12 @@ fn align_valgrind() {
     valgrind_says("align", ALIGN);
 }
 #[test]
-#[ignore = "needs libtracer.so: tracer-preload is not on main yet"]
 fn align_traced() {
     traced_matches("align", ALIGN);
 }
 
 /// No valgrind: valgrind 3.19 aborts the program on pvalloc.
 #[test]
-#[ignore = "needs libtracer.so: tracer-preload is not on main yet"]
 fn pvalloc_traced() {
     traced_matches("pvalloc", PVALLOC);
 }
@@ -115,7 +110,6 @@ fn cxx_new_valgrind() {
     valgrind_says("cxx_new", expected);
 }
 #[test]
-#[ignore = "needs libtracer.so: tracer-preload is not on main yet"]
 fn cxx_new_traced() {
     let t = traced_matches("cxx_new", CXX_NEW);
     // The pool libstdc++ allocates before main is there, and it is the first
@@ -135,7 +129,6 @@ fn exit_live_valgrind() {
 /// After `_exit(3)` the trace is complete, or recoverable, with every event
 /// before it.
 #[test]
-#[ignore = "needs libtracer.so: tracer-preload is not on main yet"]
 fn exit_live_traced() {
     traced_matches("exit_live", EXIT_LIVE);
 }
@@ -147,7 +140,6 @@ fn abort_valgrind() {
 /// Killed by SIGABRT: the trace is complete or recoverable with every event
 /// before the abort.
 #[test]
-#[ignore = "needs libtracer.so: tracer-preload is not on main yet"]
 fn abort_traced() {
     traced_matches("abort", ABORT);
 }

@@ -24,7 +24,6 @@ fn threads_valgrind() {
 }
 
 #[test]
-#[ignore = "needs libtracer.so: tracer-preload is not on main yet"]
 fn threads_traced() {
     let bin = example("threads");
     let cmd = Cmd::new(&bin);
@@ -46,7 +45,6 @@ fn threads_traced() {
 /// 8 threads x 200,000 allocations and frees, blocks freed by other threads:
 /// every count exact, nothing of the program's live at the end, trace valid.
 #[test]
-#[ignore = "needs libtracer.so: tracer-preload is not on main yet"]
 fn stress_exact() {
     let bin = example("stress");
     let cmd = Cmd::new(&bin);
@@ -84,7 +82,6 @@ fn fork_valgrind() {
 }
 
 #[test]
-#[ignore = "needs libtracer.so: tracer-preload is not on main yet"]
 fn fork_follow_gives_each_process_its_file() {
     let cmd = Cmd::new(example("fork"));
     let plain = cmd.run_plain();
@@ -118,7 +115,6 @@ fn fork_follow_gives_each_process_its_file() {
 }
 
 #[test]
-#[ignore = "needs libtracer.so: tracer-preload is not on main yet"]
 fn fork_not_followed_traces_the_parent_only() {
     let cmd = Cmd::new(example("fork"));
     let plain = cmd.run_plain();
@@ -140,7 +136,6 @@ fn name_of(p: &Path) -> String {
 /// The pre-exec image's file is complete; the exec'd program (same pid, so
 /// its name is taken and `.1` is inserted) has its own.
 #[test]
-#[ignore = "needs libtracer.so: tracer-preload is not on main yet"]
 fn exec_followed() {
     let cmd = Cmd::new(example("exec")).arg(example("leak"));
     let plain = cmd.run_plain();
@@ -177,7 +172,6 @@ fn exec_followed() {
 }
 
 #[test]
-#[ignore = "needs libtracer.so: tracer-preload is not on main yet"]
 fn exec_not_followed() {
     let cmd = Cmd::new(example("exec")).arg(example("leak"));
     let plain = cmd.run_plain();

@@ -6,7 +6,6 @@ use tracer_tests::*;
 /// frame in chain10.c at the line its function is defined on (each function
 /// is one line).
 #[test]
-#[ignore = "needs libtracer.so: tracer-preload is not on main yet"]
 fn chain10_symbolized_in_order() {
     let cmd = Cmd::new(example("chain10"));
     let plain = cmd.run_plain();
@@ -56,7 +55,6 @@ fn chain10_symbolized_in_order() {
 /// marker.c finds tracer_marker with dlsym(RTLD_DEFAULT): its two markers
 /// bracket its one allocation, in order.
 #[test]
-#[ignore = "needs libtracer.so: tracer-preload is not on main yet"]
 fn markers_recorded_in_order() {
     let cmd = Cmd::new(example("marker"));
     let plain = cmd.run_plain();
