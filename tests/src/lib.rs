@@ -497,14 +497,24 @@ pub fn recover_spools(run: &mut Traced) -> usize {
 
 /// The only trace of a single-process run.
 pub fn single_trace(run: &Traced) -> Trace {
-    assert_eq!(
-        run.files.len(),
-        1,
-        "expected exactly one trace file in {}, found {:?}; stderr: {}",
-        run.dir.display(),
-        run.files,
-        run.stderr()
-    );
+    if run.files.len() != 1 {
+        let listing: Vec<String> = fs::read_dir(&run.dir)
+            .map(|rd| {
+                rd.flatten()
+                    .map(|e| {
+                        let len = e.metadata().map(|m| m.len()).unwrap_or(0);
+                        format!("{} ({len} bytes)", e.file_name().to_string_lossy())
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        panic!(
+            "expected exactly one readable trace file in {}, found {:?}; the directory holds {listing:?}; stderr: {}",
+            run.dir.display(),
+            run.files,
+            run.stderr()
+        );
+    }
     read_trace(&run.files[0]).unwrap_or_else(|e| panic!("trace does not read: {e}"))
 }
 
