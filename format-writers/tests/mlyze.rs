@@ -854,6 +854,18 @@ proptest! {
         prop_assert_eq!(doc_read(&file).events.len(), n);
     }
 
+    #[test]
+    fn one_byte_reads_match_buffered_reads(input in trace()) {
+        let file = write_all(&input);
+        let slow: Vec<Record> = Reader::new(OneByte(&file)).collect::<Result<_>>().unwrap();
+        prop_assert_eq!(slow, read_all(&file));
+    }
+}
+
+proptest! {
+    // Touches the disk: fewer cases.
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
     /// The three ways to a file agree byte for byte: in memory, `finish` through
     /// a spool, and recovery of a spool flushed at arbitrary points.
     #[test]
@@ -888,12 +900,6 @@ proptest! {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
-    #[test]
-    fn one_byte_reads_match_buffered_reads(input in trace()) {
-        let file = write_all(&input);
-        let slow: Vec<Record> = Reader::new(OneByte(&file)).collect::<Result<_>>().unwrap();
-        prop_assert_eq!(slow, read_all(&file));
-    }
 }
 
 /// A reader that returns one byte per call, forcing the cross-buffer path.
@@ -1106,6 +1112,25 @@ fn finish_writes_the_same_bytes_as_the_in_memory_writer_and_removes_the_spool() 
     assert_eq!(bytes, write_all(&all));
     assert_eq!(read_all(&bytes), expected(&all));
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_caller_provided_spool_gives_the_same_file() {
+    let mut all = Vec::new();
+    for k in 0..3u64 {
+        all.extend(sample_records(if k == 1 { 80_000 } else { 50 }, k));
+    }
+    let mut out = Vec::new();
+    let spool = std::io::Cursor::new(Vec::new());
+    let mut w = Writer::with_spool(&mut out, spool, None).unwrap();
+    for (i, r) in all.iter().enumerate() {
+        w.write(r).unwrap();
+        if i % 1000 == 0 {
+            w.flush().unwrap();
+        }
+    }
+    w.finish().unwrap();
+    assert_eq!(out, write_all(&all));
 }
 
 #[test]

@@ -38,7 +38,7 @@ mod writer;
 
 pub use reader::Reader;
 pub use spool::{recover, recover_to, RecoverStats};
-pub use writer::Writer;
+pub use writer::{SpoolIo, Writer};
 
 /// Magic bytes of a finished file.
 pub const MAGIC: &[u8; 4] = b"MTRC";

@@ -166,9 +166,18 @@ pub(super) mod entry {
     }
 }
 
+/// The 16-byte spool header.
+pub(super) fn header_bytes() -> [u8; SPOOL_HEADER_LEN] {
+    let mut head = [0u8; SPOOL_HEADER_LEN];
+    head[..4].copy_from_slice(SPOOL_MAGIC);
+    head[4..8].copy_from_slice(&SPOOL_VERSION.to_le_bytes());
+    head
+}
+
 /// Creates `FINAL.spool` (or `FINAL.spool.1`, … when taken) for reading and
-/// writing, exclusively, mode 0600, and writes the spool header.
-pub(super) fn create_spool_file(final_path: &Path) -> io::Result<(File, PathBuf)> {
+/// writing, exclusively, mode 0600, never through a symbolic link. The file is
+/// empty: the writer it is given to writes the spool header.
+pub fn create_spool_file(final_path: &Path) -> io::Result<(File, PathBuf)> {
     let base = final_path.as_os_str().to_string_lossy().into_owned();
     for n in 0..1000u32 {
         let name = if n == 0 {
@@ -185,13 +194,7 @@ pub(super) fn create_spool_file(final_path: &Path) -> io::Result<(File, PathBuf)
             .custom_flags(O_NOFOLLOW | O_CLOEXEC)
             .open(&path)
         {
-            Ok(mut f) => {
-                let mut head = [0u8; SPOOL_HEADER_LEN];
-                head[..4].copy_from_slice(SPOOL_MAGIC);
-                head[4..8].copy_from_slice(&SPOOL_VERSION.to_le_bytes());
-                f.write_all(&head)?;
-                return Ok((f, path));
-            }
+            Ok(f) => return Ok((f, path)),
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
             Err(e) => return Err(e),
         }
@@ -206,7 +209,7 @@ pub(super) fn create_spool_file(final_path: &Path) -> io::Result<(File, PathBuf)
 const O_NOFOLLOW: i32 = 0o400000;
 const O_CLOEXEC: i32 = 0o2000000;
 
-pub(super) fn write_chunk(f: &mut File, kind: u8, payload: &[u8]) -> io::Result<()> {
+pub(super) fn write_chunk<F: Write + ?Sized>(f: &mut F, kind: u8, payload: &[u8]) -> io::Result<()> {
     let len = u32::try_from(payload.len())
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "spool chunk over 4 GiB"))?;
     let mut head = [0u8; CHUNK_HEAD];

@@ -350,10 +350,30 @@ impl SlotMap {
     }
 }
 
+/// Anything a spool can live in: written in chunks, read back at `finish`.
+pub trait SpoolIo: Read + Write + Seek + Send {}
+impl<T: Read + Write + Seek + Send> SpoolIo for T {}
+
+/// A spool's storage: a plain file gets the kernel's file-to-file copy at `finish`.
+enum SpoolStore {
+    File(File),
+    Other(Box<dyn SpoolIo>),
+}
+
+impl SpoolStore {
+    fn io(&mut self) -> &mut dyn SpoolIo {
+        match self {
+            SpoolStore::File(f) => f,
+            SpoolStore::Other(o) => o.as_mut(),
+        }
+    }
+}
+
 /// The spool side file of a file-backed writer.
 struct SpoolFile {
-    file: File,
-    path: PathBuf,
+    file: SpoolStore,
+    /// Deleted after a successful `finish`, when known.
+    path: Option<PathBuf>,
     /// Bytes written so far.
     len: u64,
     /// `(offset, length)` of every event chunk's payload, in order.
@@ -517,13 +537,13 @@ impl<W: Write> Writer<W> {
         };
         if let Some(log) = &mut self.t.log {
             if !log.is_empty() {
-                spool::write_chunk(&mut sp.file, spool::CHUNK_RECORDS, log)?;
+                spool::write_chunk(sp.file.io(), spool::CHUNK_RECORDS, log)?;
                 sp.len += spool::CHUNK_HEAD as u64 + log.len() as u64;
                 log.clear();
             }
         }
         if !self.events.is_empty() {
-            spool::write_chunk(&mut sp.file, spool::CHUNK_EVENTS, &self.events)?;
+            spool::write_chunk(sp.file.io(), spool::CHUNK_EVENTS, &self.events)?;
             let start = sp.len + spool::CHUNK_HEAD as u64;
             let len = self.events.len() as u64;
             match sp.event_ranges.last_mut() {
@@ -549,27 +569,32 @@ impl<W: Write> Writer<W> {
             .write_all(&header(self.t.header_start_us(), meta_len))?;
         self.out.write_all(&meta)?;
         if let Some(sp) = &mut self.spool {
-            copy_ranges(&mut sp.file, &sp.event_ranges, &mut self.out)?;
+            match &mut sp.file {
+                SpoolStore::File(f) => copy_ranges(f, &sp.event_ranges, &mut self.out)?,
+                SpoolStore::Other(o) => copy_ranges(o.as_mut(), &sp.event_ranges, &mut self.out)?,
+            }
         }
         self.out.write_all(&self.events)?;
         self.out.flush()?;
         if let Some(sp) = self.spool.take() {
             drop(sp.file);
-            std::fs::remove_file(&sp.path)?;
+            if let Some(path) = &sp.path {
+                std::fs::remove_file(path)?;
+            }
         }
         Ok(())
     }
 }
 
 /// Copies byte ranges of `from` to `to` (the kernel copies file to file).
-pub(super) fn copy_ranges<W: Write>(
-    from: &mut File,
+pub(super) fn copy_ranges<R: Read + Seek + ?Sized, W: Write>(
+    from: &mut R,
     ranges: &[(u64, u64)],
     to: &mut W,
 ) -> io::Result<()> {
     for &(off, len) in ranges {
         from.seek(SeekFrom::Start(off))?;
-        let copied = io::copy(&mut Read::by_ref(from).take(len), to)?;
+        let copied = io::copy(&mut from.take(len), to)?;
         if copied != len {
             return Err(io::Error::new(
                 io::ErrorKind::UnexpectedEof,
@@ -597,20 +622,56 @@ impl Writer<File> {
             }
         };
         let mut w = Writer::new(out);
-        w.t.log = Some(Vec::with_capacity(1 << 12));
-        w.events = Vec::with_capacity(SPILL_AT + super::MAX_EVENT);
-        w.spool = Some(SpoolFile {
-            file,
-            path: spool_path,
-            len: spool::SPOOL_HEADER_LEN as u64,
-            event_ranges: Vec::new(),
-        });
+        if let Err(e) = w.attach_spool(SpoolStore::File(file), Some(spool_path.clone())) {
+            drop(w);
+            let _ = std::fs::remove_file(&final_path);
+            let _ = std::fs::remove_file(&spool_path);
+            return Err(e);
+        }
         Ok((w, final_path))
     }
 
-    /// Path of the spool file, while the writer is open.
+}
+
+impl<W: Write> Writer<W> {
+    /// A writer to `out` that spools into `spool`, an empty storage it can
+    /// write, then read back at `finish` (a file opened read-write, typically
+    /// created with [`super::spool::create_spool_file`]). `spool_path`, when
+    /// given, is deleted after a successful `finish`. For callers that manage
+    /// their own descriptors; [`Writer::create`] does all of this for a path.
+    pub fn with_spool<S: SpoolIo + 'static>(
+        out: W,
+        spool: S,
+        spool_path: Option<PathBuf>,
+    ) -> io::Result<Self> {
+        let mut w = Writer::new(out);
+        w.attach_spool(SpoolStore::Other(Box::new(spool)), spool_path)?;
+        Ok(w)
+    }
+
+    /// Same as [`Writer::with_spool`] for a plain file (finish copies in the kernel).
+    pub fn with_spool_file(out: W, spool: File, spool_path: Option<PathBuf>) -> io::Result<Self> {
+        let mut w = Writer::new(out);
+        w.attach_spool(SpoolStore::File(spool), spool_path)?;
+        Ok(w)
+    }
+
+    fn attach_spool(&mut self, mut store: SpoolStore, path: Option<PathBuf>) -> io::Result<()> {
+        store.io().write_all(&spool::header_bytes())?;
+        self.t.log = Some(Vec::with_capacity(1 << 12));
+        self.events = Vec::with_capacity(SPILL_AT + super::MAX_EVENT);
+        self.spool = Some(SpoolFile {
+            file: store,
+            path,
+            len: spool::SPOOL_HEADER_LEN as u64,
+            event_ranges: Vec::new(),
+        });
+        Ok(())
+    }
+
+    /// Path of the spool file, while the writer is open (when known).
     pub fn spool_path(&self) -> Option<&Path> {
-        self.spool.as_ref().map(|s| s.path.as_path())
+        self.spool.as_ref().and_then(|s| s.path.as_deref())
     }
 }
 
