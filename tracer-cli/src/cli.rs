@@ -32,6 +32,14 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Verb {
     /// Run a program under libtracer.so and print where its traces went
+    #[command(
+        long_about = "Run a program under libtracer.so and print where its traces went.\n\n\
+        The library is $TRACER_LIB when set, else libtracer.so next to the tracer binary; it \
+        is prepended to LD_PRELOAD, and the flags become TRACER_* variables. The exit status \
+        is the program's own (128+N when signal N killed it; 127 when it was not found, 126 \
+        when it could not be executed); with --fail-on-leak, 23 when leaks remain. Leak \
+        reports go to stderr, once per traced process."
+    )]
     Run(RunArgs),
     /// Summary: process, duration, allocations, frees, peak, live at exit, top sites
     #[command(

@@ -97,6 +97,25 @@ fn absolute(p: &Path) -> PathBuf {
     }
 }
 
+/// The dynamic loader splits `LD_PRELOAD` at spaces and colons, with no way
+/// to escape them: a library path holding one cannot be preloaded.
+pub fn check_preloadable(lib: &Path) -> Result<(), Failure> {
+    use std::os::unix::ffi::OsStrExt;
+    if lib
+        .as_os_str()
+        .as_bytes()
+        .iter()
+        .any(|&b| b == b' ' || b == b':')
+    {
+        return Err(Failure::Message(format!(
+            "{}: LD_PRELOAD cannot carry a path with a space or a colon; copy {LIBRARY} \
+             elsewhere and set TRACER_LIB to it",
+            lib.display()
+        )));
+    }
+    Ok(())
+}
+
 /// `lib` followed by the current `LD_PRELOAD`, if any (colon-separated, as
 /// the dynamic loader reads it).
 pub fn preload_value(lib: &Path, current: Option<&OsStr>) -> OsString {
@@ -175,6 +194,7 @@ pub fn execute(opts: &Options, out: &mut dyn Write) -> Result<i32, Failure> {
         None => Suppressions::default(),
     };
     let lib = find_library(std::env::var_os("TRACER_LIB"))?;
+    check_preloadable(&lib)?;
     let dir = PrivateDir::create()?;
     let manifest = dir.0.join("manifest");
     let mut cmd = Command::new(program);
@@ -312,6 +332,13 @@ mod tests {
             preload_value(lib, Some(OsStr::new("/x/libasan.so"))),
             "/opt/libtracer.so:/x/libasan.so"
         );
+    }
+
+    #[test]
+    fn paths_the_loader_would_split_are_refused() {
+        assert!(check_preloadable(Path::new("/opt/x/libtracer.so")).is_ok());
+        assert!(check_preloadable(Path::new("/opt/my dir/libtracer.so")).is_err());
+        assert!(check_preloadable(Path::new("/opt/a:b/libtracer.so")).is_err());
     }
 
     #[test]
