@@ -6,10 +6,18 @@
 //! one of ours first moves ours elsewhere, so the program can neither close the
 //! trace nor make us write into its own files under a reused number.
 //!
-//! The writer writes through [`FdSink`], which reads the current number from
-//! the registry on every write and announces the write in `BUSY`; a hook that
-//! moves a descriptor waits until no write uses the old number (both sides use
-//! sequentially consistent operations, so one of them always sees the other).
+//! Two kinds of registered descriptors:
+//! - *movable*: the writer writes through [`FdSink`], which reads the current
+//!   number from the registry on every write and announces the write in
+//!   `BUSY`; a hook that moves a descriptor waits until no write uses the old
+//!   number (both sides use sequentially consistent operations, so one of them
+//!   always sees the other).
+//! - *pinned*: files opened by a format writer itself (the mlyze writer's final
+//!   file and spool). While the tracer creates them, our `open64` hook moves
+//!   each new descriptor to a high number and pins it here. A pinned number
+//!   cannot be changed under the writer's `File`, so a `dup2` onto it makes the
+//!   writer abandon that output first (one line on stderr); the program wins.
+//!   When the tracer itself closes a pinned descriptor, it is unregistered.
 
 use core::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::io;
@@ -19,6 +27,60 @@ use crate::sys;
 const SLOTS: usize = 8;
 static FDS: [AtomicI32; SLOTS] = [const { AtomicI32::new(-1) }; SLOTS];
 static BUSY: AtomicBool = AtomicBool::new(false);
+static PINNED: [AtomicBool; SLOTS] = [const { AtomicBool::new(false) }; SLOTS];
+static ABANDON: [AtomicBool; SLOTS] = [const { AtomicBool::new(false) }; SLOTS];
+static ABANDON_ANY: AtomicBool = AtomicBool::new(false);
+
+/// Moves a descriptor the tracer just opened to a high number and pins it;
+/// returns the new number (the original one when the registry is full).
+pub fn pin(fd: i32) -> (i32, Option<usize>) {
+    let high = sys::dup_high(fd, sys::high_fd_base());
+    let fd = if high >= 0 {
+        sys::raw_close(fd);
+        high
+    } else {
+        fd
+    };
+    for (i, slot) in FDS.iter().enumerate() {
+        if slot
+            .compare_exchange(-1, fd, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
+        {
+            PINNED[i].store(true, Ordering::SeqCst);
+            ABANDON[i].store(false, Ordering::SeqCst);
+            return (fd, Some(i));
+        }
+    }
+    (fd, None)
+}
+
+/// The tracer closed `fd` itself: forget it (the number is free again).
+pub fn forget(fd: i32) {
+    if let Some(i) = slot_of(fd) {
+        PINNED[i].store(false, Ordering::SeqCst);
+        FDS[i].store(-1, Ordering::SeqCst);
+    }
+}
+
+/// Whether the program asked for some pinned descriptor (see `evacuate`).
+pub fn abandon_requested() -> bool {
+    ABANDON_ANY.load(Ordering::SeqCst)
+}
+
+/// Whether the program asked for the descriptor in `slot`.
+pub fn abandon_slot(slot: usize) -> bool {
+    ABANDON[slot].load(Ordering::SeqCst)
+}
+
+/// The writer gave up the output owning `slot`: its number is the program's.
+pub fn abandoned(slot: usize) {
+    PINNED[slot].store(false, Ordering::SeqCst);
+    ABANDON[slot].store(false, Ordering::SeqCst);
+    FDS[slot].store(-1, Ordering::SeqCst);
+    if !ABANDON.iter().any(|a| a.load(Ordering::SeqCst)) {
+        ABANDON_ANY.store(false, Ordering::SeqCst);
+    }
+}
 
 /// Registers a descriptor of ours (moving it to a high number first) and
 /// returns its slot, or `None` when the registry is full.
@@ -43,6 +105,7 @@ pub fn register(fd: i32) -> Option<usize> {
 
 /// Closes and forgets the descriptor in `slot`.
 pub fn release(slot: usize) {
+    PINNED[slot].store(false, Ordering::SeqCst);
     let fd = FDS[slot].swap(-1, Ordering::SeqCst);
     if fd >= 0 {
         sys::raw_close(fd);
@@ -72,17 +135,32 @@ pub fn is_ours(fd: i32) -> bool {
 /// If `fd` is ours, moves it to another number so the caller may reuse `fd`.
 pub fn evacuate(fd: i32) {
     let Some(i) = slot_of(fd) else { return };
-    let moved = sys::dup_high(fd, sys::high_fd_base());
-    if moved < 0 {
+    if PINNED[i].load(Ordering::SeqCst) {
+        // Ask the writer to drop this output, and wait (bounded) until it did.
+        ABANDON[i].store(true, Ordering::SeqCst);
+        ABANDON_ANY.store(true, Ordering::SeqCst);
+        let mut waited = 0;
+        while FDS[i].load(Ordering::SeqCst) == fd && waited < 2000 {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+            waited += 1;
+        }
         return;
     }
-    FDS[i].store(moved, Ordering::SeqCst);
+    let mut moved = sys::dup_high(fd, sys::high_fd_base());
+    if moved < 0 {
+        moved = sys::dup_high(fd, 3);
+    }
+    // No number left to move to: the writer loses this output (its next write
+    // fails with EBADF and says so) rather than write into the program's file.
+    FDS[i].store(moved.max(-1), Ordering::SeqCst);
     let mut spins = 0u32;
     while BUSY.load(Ordering::SeqCst) && spins < 1_000_000 {
         std::thread::yield_now();
         spins += 1;
     }
-    sys::raw_close(fd);
+    if moved >= 0 {
+        sys::raw_close(fd);
+    }
 }
 
 /// The registered descriptors inside `[first, last]`, sorted.

@@ -18,10 +18,12 @@ pub fn stack_key(frames: &[u64]) -> u64 {
     if frames.is_empty() {
         return NO_STACK;
     }
+    // One multiply per frame on the hot path, full avalanche at the end.
     let mut h: u64 = 0x9e37_79b9_7f4a_7c15 ^ (frames.len() as u64);
     for &f in frames {
-        h = mix(h ^ f).wrapping_add(0x632b_e59b_d9b4_e019);
+        h = (h.rotate_left(23) ^ f).wrapping_mul(0x632b_e59b_d9b4_e019);
     }
+    let h = mix(h);
     if h == NO_STACK {
         1
     } else {

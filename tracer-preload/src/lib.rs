@@ -14,6 +14,7 @@
 //! | [`hooks`] | bodies of the exported functions |
 //! | [`lifecycle`] | state machine, start-up, hand-off, fork, exec, exit |
 //! | [`unwind`] | stack capture: `dwarf` (default) and `fp` |
+//! | [`cfi`] | the cached `.eh_frame` unwinder behind `dwarf` |
 //! | [`intern`] | stack keys and the writer's stack table |
 //! | [`writer`] | the background writer thread |
 //! | [`objects`] | loaded objects from `dl_iterate_phdr` |
@@ -26,6 +27,7 @@
 #![allow(clippy::missing_safety_doc)]
 
 mod alloc;
+mod cfi;
 mod config;
 #[cfg_attr(test, allow(dead_code))]
 mod fds;
@@ -119,6 +121,11 @@ pub unsafe extern "C" fn tracer_marker(name: *const c_char) {
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
     hooks::close(fd)
+}
+
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn open64(path: *const c_char, flags: c_int, mode: libc::mode_t) -> c_int {
+    hooks::open64(path, flags, mode)
 }
 
 #[cfg_attr(not(test), no_mangle)]

@@ -177,6 +177,9 @@ fn send(msg: Msg) -> bool {
                     return false;
                 }
                 msg = m;
+                if spins == 0 {
+                    writer::wake();
+                }
                 spins += 1;
                 if spins < 64 {
                     std::hint::spin_loop();
@@ -303,6 +306,7 @@ pub fn constructor() {
             sys::stderr_line(c);
         }
     }
+    crate::cfi::init();
     DEPTH.store(cfg.stack_depth, Ordering::Relaxed);
     UNWIND_FP.store(cfg.unwind == Unwind::Fp, Ordering::Relaxed);
     CONFIG.store(Box::into_raw(Box::new(cfg)), Ordering::Release);
@@ -353,7 +357,12 @@ fn create_outputs(cfg: &Config, pid: u32) -> Vec<Output> {
     for &format in &cfg.formats {
         let ext = format.extension();
         let wanted = config::expand_output(&cfg.output, &names, ext);
-        let (file, path) = match output::create_exclusive(std::path::Path::new(&wanted), ext) {
+        let created = match format {
+            Format::Mlyze => create_mlyze(&wanted),
+            Format::Dumpalloc => create_dumpalloc(&wanted),
+            Format::Tlv => continue,
+        };
+        let (path, slots, writer) = match created {
             Ok(x) => x,
             Err(e) => {
                 if !cfg.quiet {
@@ -366,27 +375,40 @@ fn create_outputs(cfg: &Config, pid: u32) -> Vec<Output> {
             }
         };
         let path = absolute(path);
-        let slot = fds::register(file.into_raw_fd());
-        let Some(slot) = slot else { continue };
-        let sink = BufWriter::with_capacity(64 * 1024, fds::FdSink::new(slot));
-        let writer: Box<dyn TraceWriter> = match format {
-            Format::Mlyze => Box::new(mlyze::Writer::new(sink)),
-            Format::Dumpalloc => Box::new(dumpalloc::Writer::new(sink)),
-            Format::Tlv => {
-                fds::release(slot);
-                continue;
-            }
-        };
         if let Some(m) = &cfg.manifest {
             append_manifest(m, &path);
         }
         outputs.push(Output {
             path,
-            slot: Some(slot),
+            slots,
             writer,
         });
     }
     outputs
+}
+
+type Created = (PathBuf, Vec<usize>, Box<dyn TraceWriter>);
+
+/// The mlyze writer opens its final file and spool itself; our `open64` hook
+/// moves both to high, pinned descriptors meanwhile.
+fn create_mlyze(wanted: &str) -> std::io::Result<Created> {
+    tls::set_pin_opens(true);
+    let created = mlyze::Writer::create(std::path::Path::new(wanted));
+    let mask = tls::pinned_now();
+    tls::set_pin_opens(false);
+    let (writer, path) = created?;
+    let slots = (0..32).filter(|i| mask & (1 << i) != 0).collect();
+    Ok((path, slots, Box::new(writer)))
+}
+
+/// dumpalloc writes to any `Write`: a movable descriptor behind an `FdSink`.
+fn create_dumpalloc(wanted: &str) -> std::io::Result<Created> {
+    let (file, path) = output::create_exclusive(std::path::Path::new(wanted), "dumpalloc")?;
+    let Some(slot) = fds::register(file.into_raw_fd()) else {
+        return Err(std::io::Error::other("too many trace files"));
+    };
+    let sink = BufWriter::with_capacity(64 * 1024, fds::FdSink::new(slot));
+    Ok((path, vec![slot], Box::new(dumpalloc::Writer::new(sink))))
 }
 
 /// One line naming a trace file, for `tracer run`.
@@ -607,6 +629,7 @@ fn stop_writer(print: bool) -> Option<Receiver<Msg>> {
     // SAFETY: CONTROL holds one strong count of an Arc<Control>, taken back here.
     let ctl = unsafe { Arc::from_raw(ctl.cast_const()) };
     ctl.stop.store(true, Ordering::SeqCst);
+    writer::wake();
     let begun = Instant::now();
     let mut last = (ctl.progress.load(Ordering::Relaxed), Instant::now());
     while !ctl.done.load(Ordering::SeqCst) {

@@ -2,10 +2,12 @@
 //! starting at the caller of the allocation function.
 //!
 //! Two methods behind [`capture`]:
-//! - `dwarf`: libgcc's `_Unwind_Backtrace` over `.eh_frame` (through the
-//!   `backtrace` crate's unsynchronized entry point). Complete on programs
-//!   built without frame pointers, such as Debian's python3, perl and git, so
-//!   it is the default.
+//! - `dwarf`: unwinding by `.eh_frame` rules. Complete on programs built
+//!   without frame pointers, such as Debian's python3, perl and git, so it is
+//!   the default. The cached unwinder of [`crate::cfi`] handles almost every
+//!   stack; the rest (and everything before our constructor ran) goes through
+//!   libgcc's `_Unwind_Backtrace` (the `backtrace` crate's unsynchronized
+//!   entry point).
 //! - `fp`: follows the saved frame-pointer chain. Nanoseconds per frame, but it
 //!   stops (or skips callers) wherever code omits frame pointers. Every frame
 //!   address is checked against the thread's stack bounds before it is read,
@@ -45,7 +47,10 @@ pub fn capture(method: Unwind, buf: &mut [u64]) -> usize {
         return 0;
     }
     match method {
-        Unwind::Dwarf => capture_dwarf(buf),
+        Unwind::Dwarf => match capture_cached(buf) {
+            Some(n) => n,
+            None => capture_dwarf(buf),
+        },
         Unwind::Fp => match capture_fp(buf) {
             Some(n) => n,
             None => capture_dwarf(buf),
@@ -124,6 +129,29 @@ fn frame_pointer() -> u64 {
         fp = 0;
     }
     fp
+}
+
+/// Walks the tracer's own frames by frame pointer (this crate is built with
+/// them), then hands the first foreign frame to the cached CFI unwinder.
+#[inline(never)]
+fn capture_cached(buf: &mut [u64]) -> Option<usize> {
+    let (lo, hi) = bounds()?;
+    let mut fp = frame_pointer();
+    for _ in 0..64 {
+        if fp < lo || fp.checked_add(16).is_none_or(|end| end > hi) || !fp.is_multiple_of(8) {
+            return None;
+        }
+        // SAFETY: [fp, fp+16) lies inside this thread's stack (checked above).
+        let (next, ret) = unsafe { (*(fp as *const u64), *((fp + 8) as *const u64)) };
+        if !is_own(ret) {
+            return crate::cfi::capture(buf, ret, fp + 16, next, lo, hi);
+        }
+        if next <= fp {
+            return None;
+        }
+        fp = next;
+    }
+    None
 }
 
 /// `None` when the stack bounds are unknown (the caller falls back to dwarf).

@@ -11,7 +11,7 @@
 
 use std::collections::HashSet;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -65,7 +65,8 @@ pub enum Msg {
 /// One output file.
 pub struct Output {
     pub path: PathBuf,
-    pub slot: Option<usize>,
+    /// Registry slots of the output's descriptors (see `fds`).
+    pub slots: Vec<usize>,
     pub writer: Box<dyn TraceWriter>,
 }
 
@@ -102,6 +103,8 @@ struct State {
     pending: Vec<(u32, u64, u64, bool)>,
     /// Latest timestamp emitted.
     last_time: u64,
+    /// Thread of the previous event (skips the set lookup for runs).
+    last_tid: u32,
     failed: bool,
 }
 
@@ -123,6 +126,7 @@ pub fn run(
         threads: HashSet::new(),
         pending: Vec::new(),
         last_time: 0,
+        last_tid: 0,
         failed: false,
     };
     st.emit(&Record::Process(setup.process));
@@ -144,6 +148,9 @@ pub fn run(
             }
         }
         ctl.progress.fetch_add(1, Ordering::Relaxed);
+        if fds::abandon_requested() {
+            st.abandon_taken_outputs();
+        }
         if last_flush.elapsed() >= FLUSH_EVERY {
             st.flush();
             last_flush = Instant::now();
@@ -152,7 +159,7 @@ pub fn run(
             if ctl.stop.load(Ordering::SeqCst) && rx.is_empty() {
                 break;
             }
-            std::thread::sleep(idle);
+            sleep_until_woken(&rx, idle);
             idle = (idle * 2).min(Duration::from_millis(10));
         } else {
             idle = Duration::from_micros(500);
@@ -161,6 +168,48 @@ pub fn run(
     st.finish(ctl);
     ctl.done.store(true, Ordering::SeqCst);
     rx
+}
+
+/// 1 while the writer sleeps; a producer that finds the channel full wakes it.
+static SLEEPING: AtomicU32 = AtomicU32::new(0);
+
+/// Sleeps up to `max`, or until [`wake`] is called.
+fn sleep_until_woken(rx: &Receiver<Msg>, max: Duration) {
+    SLEEPING.store(1, Ordering::SeqCst);
+    if rx.is_empty() {
+        let ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: max.as_nanos().min(999_999_999) as libc::c_long,
+        };
+        // SAFETY: futex wait on a live static word with a valid timeout; it
+        // returns at once if the word is no longer 1.
+        unsafe {
+            libc::syscall(
+                libc::SYS_futex,
+                SLEEPING.as_ptr(),
+                libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+                1u32,
+                &ts as *const libc::timespec,
+            );
+        }
+    }
+    SLEEPING.store(0, Ordering::SeqCst);
+}
+
+/// Wakes the writer if it sleeps (called when the channel is full, or to
+/// make it notice a stop request at once).
+pub fn wake() {
+    if SLEEPING.swap(0, Ordering::SeqCst) == 1 {
+        // SAFETY: futex wake on a live static word.
+        unsafe {
+            libc::syscall(
+                libc::SYS_futex,
+                SLEEPING.as_ptr(),
+                libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+                1,
+            );
+        }
+    }
 }
 
 impl State {
@@ -189,6 +238,32 @@ impl State {
         }
     }
 
+    /// The program `dup2`ed onto a descriptor of one of our outputs: that
+    /// output stops here, without another byte written to the descriptor.
+    fn abandon_taken_outputs(&mut self) {
+        let mut i = 0;
+        while i < self.outputs.len() {
+            if !self.outputs[i].slots.iter().any(|&s| fds::abandon_slot(s)) {
+                i += 1;
+                continue;
+            }
+            let out = self.outputs.remove(i);
+            crate::sys::stderr_line(&format!(
+                "the program reused the descriptor of {}; that trace stops here",
+                out.path.display()
+            ));
+            // Dropping would flush into a descriptor that is no longer ours.
+            std::mem::forget(out.writer);
+            for &s in &out.slots {
+                if fds::abandon_slot(s) {
+                    fds::abandoned(s);
+                } else {
+                    fds::release(s);
+                }
+            }
+        }
+    }
+
     fn emit_objects(&mut self, objects: Vec<Object>) {
         for o in objects {
             self.emit(&Record::Object(o));
@@ -203,6 +278,10 @@ impl State {
     }
 
     fn thread(&mut self, tid: u32) {
+        if tid == self.last_tid {
+            return;
+        }
+        self.last_tid = tid;
         if self.threads.insert(tid) {
             let name = std::fs::read_to_string(format!("/proc/self/task/{tid}/comm"))
                 .map(|s| s.trim_end().to_string())
@@ -337,7 +416,7 @@ impl State {
         let outputs = std::mem::take(&mut self.outputs);
         for out in outputs {
             let ok = !self.failed && out.writer.finish().is_ok();
-            if let Some(slot) = out.slot {
+            for &slot in &out.slots {
                 fds::release(slot);
             }
             if ok {
