@@ -1332,7 +1332,21 @@ fn throughput() {
     let dec = t.elapsed();
     assert_eq!(n, N);
     println!(
-        "decode: {:.1} M events/s",
+        "decode (memory): {:.1} M events/s",
         N as f64 / dec.as_secs_f64() / 1e6
     );
+    let dir = scratch_dir("throughput");
+    let path = dir.join("big.mlyze");
+    std::fs::write(&path, &out).unwrap();
+    drop(out);
+    let t = std::time::Instant::now();
+    let (_, reader) = open(&path).unwrap();
+    let n = reader.filter(|r| matches!(r, Ok(Record::Event(_)))).count() as u64;
+    let dec = t.elapsed();
+    assert_eq!(n, N);
+    println!(
+        "decode (file, open): {:.1} M events/s",
+        N as f64 / dec.as_secs_f64() / 1e6
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
 }

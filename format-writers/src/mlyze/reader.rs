@@ -769,11 +769,28 @@ fn json_error(json: &[u8], e: &serde_json::Error) -> FormatError {
         }
     }
     let pos = (line_start + e.column().saturating_sub(1)).min(json.len());
-    let offset = (HEADER_LEN + pos) as u64;
-    let what = format!("valid JSON metadata ({e})");
+    // serde_json's message without its " at line L column C" suffix.
+    let full = e.to_string();
+    let msg = full.split(" at line ").next().unwrap_or(&full);
     if e.is_eof() {
-        FormatError::truncated(offset, what)
+        FormatError::invalid(
+            (HEADER_LEN + json.len()) as u64,
+            format!(
+                "complete JSON metadata within its {} bytes ({msg})",
+                json.len()
+            ),
+            "the end of the metadata",
+        )
     } else {
-        FormatError::invalid(offset, "valid JSON metadata", e.to_string())
+        let found = match json.get(pos) {
+            Some(&b) if b.is_ascii_graphic() || b == b' ' => format!("'{}'", b as char),
+            Some(&b) => format!("byte 0x{b:02x}"),
+            None => "the end of the metadata".into(),
+        };
+        FormatError::invalid(
+            (HEADER_LEN + pos) as u64,
+            format!("valid JSON metadata ({msg})"),
+            found,
+        )
     }
 }

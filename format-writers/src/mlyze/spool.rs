@@ -209,7 +209,11 @@ pub fn create_spool_file(final_path: &Path) -> io::Result<(File, PathBuf)> {
 const O_NOFOLLOW: i32 = 0o400000;
 const O_CLOEXEC: i32 = 0o2000000;
 
-pub(super) fn write_chunk<F: Write + ?Sized>(f: &mut F, kind: u8, payload: &[u8]) -> io::Result<()> {
+pub(super) fn write_chunk<F: Write + ?Sized>(
+    f: &mut F,
+    kind: u8,
+    payload: &[u8],
+) -> io::Result<()> {
     let len = u32::try_from(payload.len())
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "spool chunk over 4 GiB"))?;
     let mut head = [0u8; CHUNK_HEAD];

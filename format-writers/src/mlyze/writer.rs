@@ -630,7 +630,6 @@ impl Writer<File> {
         }
         Ok((w, final_path))
     }
-
 }
 
 impl<W: Write> Writer<W> {
