@@ -220,12 +220,18 @@ fn stack_now() -> u64 {
     key
 }
 
+/// Whether hooks should record; starts the tracer on the very first call (so
+/// the first stack is already captured without our own frames).
 #[inline]
 fn active() -> bool {
-    matches!(
-        STATE.load(Ordering::Relaxed),
-        NOT_YET | INITIALISING | TRACING
-    )
+    match STATE.load(Ordering::Relaxed) {
+        INITIALISING | TRACING => true,
+        NOT_YET => {
+            begin();
+            true
+        }
+        _ => false,
+    }
 }
 
 /// A new block exists (called after the real allocation returned it).
