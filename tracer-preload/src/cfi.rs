@@ -258,7 +258,8 @@ pub fn capture(
     if table.is_null() {
         return None;
     }
-    let readable = |a: u64| a >= lo && a.checked_add(8).is_some_and(|e| e <= hi) && a.is_multiple_of(8);
+    let readable =
+        |a: u64| a >= lo && a.checked_add(8).is_some_and(|e| e <= hi) && a.is_multiple_of(8);
     let mut n = 0;
     while n < buf.len() {
         buf[n] = ip;

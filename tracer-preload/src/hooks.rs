@@ -349,3 +349,48 @@ pub unsafe fn execvpe(
 ) -> c_int {
     exec_common(file, argv, envp, true)
 }
+
+// ---------------------------------------------------------------- execl*
+
+/// Which `execl*` variant called [`execl_helper`].
+pub const EXECL: c_int = 0;
+pub const EXECLP: c_int = 1;
+pub const EXECLE: c_int = 2;
+
+/// Body of the variadic `execl`, `execlp` and `execle` (glibc's versions call
+/// its internal `execve` and would bypass our exec hooks). The assembly entry
+/// points in `lib.rs` pass the five argument registers after `path` as an
+/// array and a pointer to the stack-passed arguments; the list ends at the
+/// first null pointer, and `execle`'s environment follows it.
+pub unsafe extern "C" fn execl_helper(
+    path: *const c_char,
+    regs: *const *const c_char,
+    stack: *const *const c_char,
+    kind: c_int,
+) -> c_int {
+    let arg = |i: usize| {
+        if i < 5 {
+            *regs.add(i)
+        } else {
+            *stack.add(i - 5)
+        }
+    };
+    let guard = tls::enter();
+    let mut argv: Vec<*const c_char> = Vec::new();
+    let mut i = 0;
+    loop {
+        let a = arg(i);
+        argv.push(a);
+        i += 1;
+        if a.is_null() {
+            break;
+        }
+    }
+    let envp = if kind == EXECLE {
+        arg(i) as *const *const c_char
+    } else {
+        environ
+    };
+    drop(guard);
+    exec_common(path, argv.as_ptr(), envp, kind == EXECLP)
+}

@@ -176,6 +176,42 @@ pub unsafe extern "C" fn execvpe(
     hooks::execvpe(file, argv, envp)
 }
 
+/// `execl`, `execlp`, `execle`: variadic, so the entry is a few instructions
+/// that hand the register and stack arguments to [`hooks::execl_helper`].
+macro_rules! execl_entry {
+    ($name:ident, $kind:expr) => {
+        #[cfg(target_arch = "x86_64")]
+        #[cfg_attr(not(test), no_mangle)]
+        #[unsafe(naked)]
+        pub unsafe extern "C" fn $name(path: *const c_char, arg: *const c_char) -> c_int {
+            // System V x86-64: path in rdi, the argument list in rsi, rdx, rcx,
+            // r8, r9, then on the stack above the return address.
+            core::arch::naked_asm!(
+                "push rbp",
+                "mov rbp, rsp",
+                "sub rsp, 48",
+                "mov [rsp], rsi",
+                "mov [rsp + 8], rdx",
+                "mov [rsp + 16], rcx",
+                "mov [rsp + 24], r8",
+                "mov [rsp + 32], r9",
+                "mov rsi, rsp",
+                "lea rdx, [rbp + 16]",
+                "mov ecx, {kind}",
+                "call {helper}",
+                "leave",
+                "ret",
+                kind = const $kind,
+                helper = sym hooks::execl_helper,
+            )
+        }
+    };
+}
+
+execl_entry!(execl, hooks::EXECL);
+execl_entry!(execlp, hooks::EXECLP);
+execl_entry!(execle, hooks::EXECLE);
+
 #[cfg_attr(not(test), no_mangle)]
 pub extern "C" fn _exit(status: c_int) -> ! {
     hooks::exit_now(status)
