@@ -72,11 +72,18 @@ impl Config {
                     other => bad.push(other.to_string()),
                 }
             }
+            let fallback = formats.is_empty() && !c.wants_syscalls;
             if !bad.is_empty() {
                 complaints.push(format!(
-                    "TRACER_FORMAT: unknown format {} (accepted: mlyze, dumpalloc, tlv)",
-                    quoted_list(&bad)
+                    "TRACER_FORMAT: unknown format {} (accepted: mlyze, dumpalloc, tlv); {}",
+                    quoted_list(&bad),
+                    if fallback { "using mlyze" } else { "ignored" }
                 ));
+            } else if fallback {
+                complaints.push(
+                    "TRACER_FORMAT: empty (accepted: mlyze, dumpalloc, tlv); using mlyze"
+                        .to_string(),
+                );
             }
             if c.wants_syscalls {
                 complaints.push(
@@ -84,15 +91,7 @@ impl Config {
                         .to_string(),
                 );
             }
-            if formats.is_empty() && !c.wants_syscalls {
-                if bad.is_empty() {
-                    complaints.push(
-                        "TRACER_FORMAT: empty (accepted: mlyze, dumpalloc, tlv); using mlyze"
-                            .to_string(),
-                    );
-                } else {
-                    complaints.push("TRACER_FORMAT: no known format left; using mlyze".to_string());
-                }
+            if fallback {
                 formats.push(Format::Mlyze);
             }
             c.enabled = !formats.is_empty();
@@ -275,11 +274,14 @@ mod tests {
     fn unknown_format_is_one_line_and_falls_back_to_mlyze() {
         let (c, complaints) = cfg(&[("TRACER_FORMAT", "xml")]);
         assert_eq!(c.formats, vec![Format::Mlyze]);
-        assert!(complaints[0].starts_with("TRACER_FORMAT: unknown format \"xml\""));
-        assert!(complaints[0].contains("accepted: mlyze, dumpalloc, tlv"));
+        assert_eq!(
+            complaints,
+            vec!["TRACER_FORMAT: unknown format \"xml\" (accepted: mlyze, dumpalloc, tlv); using mlyze"]
+        );
         let (c, complaints) = cfg(&[("TRACER_FORMAT", "dumpalloc,xml")]);
         assert_eq!(c.formats, vec![Format::Dumpalloc]);
         assert_eq!(complaints.len(), 1);
+        assert!(complaints[0].ends_with("; ignored"));
     }
 
     #[test]

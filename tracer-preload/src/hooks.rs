@@ -239,6 +239,40 @@ pub fn exit_now(status: c_int) -> ! {
     sys::raw_exit_group(status)
 }
 
+// ---------------------------------------------------------------- abort
+
+/// glibc's function `name` (the next definition after ours).
+unsafe fn next_symbol(name: &core::ffi::CStr) -> *mut c_void {
+    let _g = tls::enter();
+    libc::dlsym(libc::RTLD_NEXT, name.as_ptr())
+}
+
+pub unsafe fn abort() -> ! {
+    lifecycle::before_abort();
+    let real = next_symbol(c"abort");
+    if !real.is_null() {
+        core::mem::transmute::<*mut c_void, unsafe extern "C" fn() -> !>(real)();
+    }
+    libc::raise(libc::SIGABRT);
+    sys::raw_exit_group(127)
+}
+
+type AssertFailFn = unsafe extern "C" fn(*const c_char, *const c_char, c_uint, *const c_char) -> !;
+
+pub unsafe fn assert_fail(
+    expr: *const c_char,
+    file: *const c_char,
+    line: c_uint,
+    func: *const c_char,
+) -> ! {
+    lifecycle::before_abort();
+    let real = next_symbol(c"__assert_fail");
+    if !real.is_null() {
+        core::mem::transmute::<*mut c_void, AssertFailFn>(real)(expr, file, line, func);
+    }
+    abort()
+}
+
 // ---------------------------------------------------------------- exec
 
 extern "C" {

@@ -213,6 +213,21 @@ execl_entry!(execlp, hooks::EXECLP);
 execl_entry!(execle, hooks::EXECLE);
 
 #[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn abort() -> ! {
+    hooks::abort()
+}
+
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn __assert_fail(
+    expr: *const c_char,
+    file: *const c_char,
+    line: c_uint,
+    func: *const c_char,
+) -> ! {
+    hooks::assert_fail(expr, file, line, func)
+}
+
+#[cfg_attr(not(test), no_mangle)]
 pub extern "C" fn _exit(status: c_int) -> ! {
     hooks::exit_now(status)
 }

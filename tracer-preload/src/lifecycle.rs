@@ -632,8 +632,10 @@ fn stop_writer(print: bool) -> Option<Receiver<Msg>> {
     if ctl.is_null() {
         return None;
     }
-    // SAFETY: CONTROL holds one strong count of an Arc<Control>, taken back here.
-    let ctl = unsafe { Arc::from_raw(ctl.cast_const()) };
+    // SAFETY: CONTROL held one strong count of an Arc<Control>; that count is
+    // never given back (a few bytes per writer), so the Control outlives every
+    // reader of a pointer loaded from CONTROL (see `before_abort`).
+    let ctl: &Control = unsafe { &*ctl };
     ctl.stop.store(true, Ordering::SeqCst);
     writer::wake();
     let begun = Instant::now();
@@ -657,6 +659,28 @@ fn stop_writer(print: bool) -> Option<Receiver<Msg>> {
         }
     }
     join_writer()
+}
+
+/// The process is about to die abnormally (`abort`, a failed `assert`): have
+/// the writer put everything queued so far into the files (the mlyze spool is
+/// then recoverable with every event), waiting at most a second.
+pub fn before_abort() {
+    if !is_traced_process() || STATE.load(Ordering::Acquire) != TRACING {
+        return;
+    }
+    let ctl = CONTROL.load(Ordering::Acquire);
+    if ctl.is_null() {
+        return;
+    }
+    // SAFETY: a Control published in CONTROL is never freed (see stop_writer).
+    let ctl = unsafe { &*ctl };
+    let ticket = ctl.flush_requested.fetch_add(1, Ordering::SeqCst) + 1;
+    writer::wake();
+    let begun = Instant::now();
+    while ctl.flush_done.load(Ordering::SeqCst) < ticket && begun.elapsed() < Duration::from_secs(1)
+    {
+        std::thread::sleep(Duration::from_micros(200));
+    }
 }
 
 extern "C" fn at_exit() {

@@ -81,6 +81,10 @@ pub struct Control {
     pub progress: AtomicU64,
     /// Files finished successfully.
     pub written: Mutex<Vec<String>>,
+    /// Flush requests (incremented by a requester) and the last one served:
+    /// everything queued before the request is in the files once served.
+    pub flush_requested: AtomicU64,
+    pub flush_done: AtomicU64,
 }
 
 /// What the writer needs to know besides its messages.
@@ -150,6 +154,15 @@ pub fn run(
         ctl.progress.fetch_add(1, Ordering::Relaxed);
         if fds::abandon_requested() {
             st.abandon_taken_outputs();
+        }
+        let wanted = ctl.flush_requested.load(Ordering::SeqCst);
+        if wanted != ctl.flush_done.load(Ordering::Relaxed) {
+            while let Ok(m) = rx.try_recv() {
+                st.handle(m);
+            }
+            st.flush();
+            last_flush = Instant::now();
+            ctl.flush_done.store(wanted, Ordering::SeqCst);
         }
         if last_flush.elapsed() >= FLUSH_EVERY {
             st.flush();
