@@ -1,0 +1,516 @@
+//! One ELF file opened for lookups: its `PT_LOAD` layout, its DWARF (possibly
+//! from a separate debug file) and its symbol tables.
+//!
+//! The file is memory-mapped and DWARF sections are handed to gimli as
+//! windows into the mapping, so a 1 GiB debug file costs address space, not
+//! a copy; only compressed sections (`SHF_COMPRESSED`, as Debian's `-dbgsym`
+//! packages ship them) are inflated into memory, and only when their claimed
+//! size is plausible for their compressed size.
+//!
+//! Separate debug info is looked for, when the file itself has no
+//! `.debug_info`, the way gdb does: by build id under
+//! `DEBUGDIR/.build-id/xx/rest.debug`, then by the `.gnu_debuglink` name next
+//! to the file, in its `.debug/` subdirectory and under `DEBUGDIR/<dir>/`. A
+//! `.gnu_debugaltlink` supplementary file (dwz) is loaded when it can be found.
+//!
+//! Everything read from the files is untrusted: a malformed file gives an
+//! error, never a panic.
+
+use std::fs::File;
+use std::ops::Deref;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use memmap2::Mmap;
+use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol};
+
+use crate::demangle::{demangle, Language};
+use crate::SourceFrame;
+
+/// Bytes of one section: a window into a mapped file, or inflated data.
+#[derive(Clone)]
+pub(crate) struct SectionBytes {
+    backing: Backing,
+    start: usize,
+    end: usize,
+}
+
+#[derive(Clone)]
+enum Backing {
+    Mapped(Arc<Mmap>),
+    Owned(Arc<[u8]>),
+}
+
+impl SectionBytes {
+    fn empty() -> SectionBytes {
+        SectionBytes {
+            backing: Backing::Owned(Arc::from(Vec::new())),
+            start: 0,
+            end: 0,
+        }
+    }
+}
+
+impl Deref for SectionBytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        let all: &[u8] = match &self.backing {
+            Backing::Mapped(m) => m,
+            Backing::Owned(o) => o,
+        };
+        // Ranges are checked against the backing when built.
+        all.get(self.start..self.end).unwrap_or(&[])
+    }
+}
+
+impl std::fmt::Debug for SectionBytes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SectionBytes({} bytes)", self.end - self.start)
+    }
+}
+
+// SAFETY: the bytes `deref` returns live in the heap allocation of an `Arc<[u8]>`
+// or in a memory mapping owned by an `Arc<Mmap>`; moving or cloning a
+// `SectionBytes` moves or clones the `Arc` only, so the address of the bytes
+// stays the same for as long as any clone is alive, which is what gimli's
+// `EndianReader` requires.
+unsafe impl gimli::StableDeref for SectionBytes {}
+// SAFETY: as above; a clone shares the same allocation or mapping.
+unsafe impl gimli::CloneStableDeref for SectionBytes {}
+
+pub(crate) type Reader = gimli::EndianReader<gimli::RunTimeEndian, SectionBytes>;
+
+/// Why a file could not be used at all.
+#[derive(Debug)]
+pub(crate) enum OpenError {
+    Missing(String),
+    NotElf,
+    Malformed(String),
+}
+
+/// A function symbol from `.symtab` or `.dynsym`.
+struct FnSymbol {
+    start: u64,
+    /// 0 when the symbol table gives no size.
+    size: u64,
+    global: bool,
+    name: String,
+}
+
+/// A mapped, parsed ELF file ready for lookups.
+pub(crate) struct Image {
+    /// Lowest `PT_LOAD` `p_vaddr`, rounded down to a 4 KiB page: the address
+    /// the trace's `load_address` corresponds to.
+    pub first_vaddr: u64,
+    /// End of the highest `PT_LOAD` segment (`p_vaddr + p_memsz`).
+    pub end_vaddr: u64,
+    /// `PT_LOAD` segments as `[vaddr, vaddr + memsz)`.
+    segments: Vec<(u64, u64)>,
+    context: Option<addr2line::Context<Reader>>,
+    /// Why DWARF could not be used, when the file has some that is broken.
+    pub dwarf_error: Option<String>,
+    /// Where the DWARF came from when not from the file itself.
+    pub debug_file: Option<PathBuf>,
+    /// Sorted by start address.
+    symbols: Vec<FnSymbol>,
+}
+
+/// Settings for finding separate debug files.
+pub(crate) struct DebugSearch<'a> {
+    /// Global debug directories (`/usr/lib/debug`, already under the sysroot).
+    pub debug_dirs: &'a [PathBuf],
+}
+
+fn map(path: &Path) -> Result<Arc<Mmap>, OpenError> {
+    let file = File::open(path).map_err(|e| OpenError::Missing(e.to_string()))?;
+    let meta = file
+        .metadata()
+        .map_err(|e| OpenError::Missing(e.to_string()))?;
+    if !meta.is_file() {
+        return Err(OpenError::Missing("not a regular file".into()));
+    }
+    if meta.len() == 0 {
+        return Err(OpenError::Malformed("empty file".into()));
+    }
+    // SAFETY: the mapping is read-only and private. Another process truncating
+    // or rewriting the binary while we read it would change what we see (or
+    // fault); debuggers and symbolizers share that risk, and binaries are not
+    // normally rewritten in place (installers replace them by rename).
+    let mmap = unsafe { Mmap::map(&file) }.map_err(|e| OpenError::Missing(e.to_string()))?;
+    Ok(Arc::new(mmap))
+}
+
+fn parse(data: &[u8]) -> Result<object::File<'_>, OpenError> {
+    let file = object::File::parse(data).map_err(|e| match object::FileKind::parse(data) {
+        Ok(object::FileKind::Elf32) | Ok(object::FileKind::Elf64) => {
+            OpenError::Malformed(e.to_string())
+        }
+        _ => OpenError::NotElf,
+    })?;
+    if file.format() != object::BinaryFormat::Elf {
+        return Err(OpenError::NotElf);
+    }
+    Ok(file)
+}
+
+/// Largest inflation ratio believed for a compressed section: zlib cannot
+/// expand beyond ~1032:1, and debug info compresses 3–10×.
+const MAX_INFLATION: u64 = 1100;
+
+/// The bytes of section `name` of `file` (mapped at `mmap`), or empty.
+fn section_bytes(
+    file: &object::File<'_>,
+    mmap: &Arc<Mmap>,
+    name: &str,
+) -> Result<SectionBytes, String> {
+    let Some(section) = file.section_by_name(name) else {
+        return Ok(SectionBytes::empty());
+    };
+    let range = section
+        .compressed_file_range()
+        .map_err(|e| format!("section {name}: {e}"))?;
+    if range.format == object::CompressionFormat::None {
+        // SHT_NOBITS sections have no bytes in the file.
+        let Some((offset, size)) = section.file_range() else {
+            return Ok(SectionBytes::empty());
+        };
+        let start = usize::try_from(offset).map_err(|_| format!("section {name}: offset"))?;
+        let end = usize::try_from(offset.saturating_add(size))
+            .ok()
+            .filter(|&end| end <= mmap.len())
+            .ok_or_else(|| format!("section {name} extends beyond the end of the file"))?;
+        return Ok(SectionBytes {
+            backing: Backing::Mapped(mmap.clone()),
+            start,
+            end,
+        });
+    }
+    if range.uncompressed_size > range.compressed_size.saturating_mul(MAX_INFLATION) + 4096 {
+        return Err(format!(
+            "section {name} claims {} bytes once inflated from {}",
+            range.uncompressed_size, range.compressed_size
+        ));
+    }
+    let data = section
+        .uncompressed_data()
+        .map_err(|e| format!("section {name}: {e}"))?;
+    let len = data.len();
+    Ok(SectionBytes {
+        backing: Backing::Owned(Arc::from(data.into_owned())),
+        start: 0,
+        end: len,
+    })
+}
+
+fn load_dwarf(
+    file: &object::File<'_>,
+    mmap: &Arc<Mmap>,
+) -> Result<gimli::Dwarf<Reader>, String> {
+    let endian = if file.is_little_endian() {
+        gimli::RunTimeEndian::Little
+    } else {
+        gimli::RunTimeEndian::Big
+    };
+    gimli::Dwarf::load(|id| -> Result<Reader, String> {
+        Ok(gimli::EndianReader::new(
+            section_bytes(file, mmap, id.name())?,
+            endian,
+        ))
+    })
+}
+
+fn has_debug_info(file: &object::File<'_>) -> bool {
+    file.section_by_name(".debug_info")
+        .is_some_and(|s| s.size() > 0 && s.file_range().is_some())
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn os_path(bytes: &[u8]) -> PathBuf {
+    use std::os::unix::ffi::OsStrExt;
+    PathBuf::from(std::ffi::OsStr::from_bytes(bytes))
+}
+
+/// Candidate paths of the separate debug file of `path`, gdb's order.
+fn debug_candidates(
+    path: &Path,
+    build_id: Option<&[u8]>,
+    debuglink: Option<&[u8]>,
+    search: &DebugSearch<'_>,
+) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    if let Some(id) = build_id.filter(|id| id.len() >= 2) {
+        let (first, rest) = id.split_at(1);
+        for dir in search.debug_dirs {
+            out.push(
+                dir.join(".build-id")
+                    .join(hex(first))
+                    .join(format!("{}.debug", hex(rest))),
+            );
+        }
+    }
+    if let Some(link) = debuglink.filter(|l| !l.is_empty() && !l.contains(&b'/')) {
+        let link = os_path(link);
+        let dir = path.parent().unwrap_or(Path::new(""));
+        let beside = dir.join(&link);
+        // A debuglink naming the file itself would just load it again.
+        if beside != path {
+            out.push(beside);
+        }
+        out.push(dir.join(".debug").join(&link));
+        for debug_dir in search.debug_dirs {
+            let rel = dir.strip_prefix("/").unwrap_or(dir);
+            out.push(debug_dir.join(rel).join(&link));
+        }
+    }
+    out
+}
+
+impl Image {
+    /// Opens `path`, and its separate debug info when the file has none.
+    pub fn open(path: &Path, search: &DebugSearch<'_>) -> Result<Image, OpenError> {
+        let mmap = map(path)?;
+        let file = parse(&mmap)?;
+
+        let mut segments: Vec<(u64, u64)> = file
+            .segments()
+            .map(|s| (s.address(), s.address().saturating_add(s.size())))
+            .collect();
+        segments.sort_unstable();
+        let Some(first_vaddr) = segments.iter().map(|s| s.0 & !0xfff).min() else {
+            return Err(OpenError::Malformed("no PT_LOAD segment".into()));
+        };
+        let end_vaddr = segments.iter().map(|s| s.1).max().unwrap_or(first_vaddr);
+
+        let mut symbols = Vec::new();
+        collect_symbols(&file, &mut symbols);
+
+        let build_id = file.build_id().ok().flatten();
+        let mut debug_file = None;
+        let mut dwarf_source: Option<(Arc<Mmap>, PathBuf)> = None;
+        if !has_debug_info(&file) {
+            let debuglink = file.gnu_debuglink().ok().flatten().map(|(name, _crc)| name);
+            for candidate in debug_candidates(path, build_id, debuglink, search) {
+                let Ok(dmap) = map(&candidate) else { continue };
+                let Ok(dfile) = parse(&dmap) else { continue };
+                // A debug file for another build would give wrong lines.
+                let did = dfile.build_id().ok().flatten();
+                if let (Some(a), Some(b)) = (build_id, did) {
+                    if a != b {
+                        continue;
+                    }
+                }
+                if !has_debug_info(&dfile) {
+                    continue;
+                }
+                collect_symbols(&dfile, &mut symbols);
+                drop(dfile);
+                dwarf_source = Some((dmap, candidate));
+                break;
+            }
+        }
+        finish_symbols(&mut symbols);
+
+        let (context, dwarf_error) = match &dwarf_source {
+            Some((dmap, dpath)) => {
+                debug_file = Some(dpath.clone());
+                match parse(dmap) {
+                    Ok(dfile) => make_context(&dfile, dmap, dpath, search),
+                    Err(_) => (None, Some("debug file became unreadable".into())),
+                }
+            }
+            None if has_debug_info(&file) => make_context(&file, &mmap, path, search),
+            None => (None, None),
+        };
+
+        Ok(Image {
+            first_vaddr,
+            end_vaddr,
+            segments,
+            context,
+            dwarf_error,
+            debug_file,
+            symbols,
+        })
+    }
+
+    /// Whether `vaddr` lies in one of the file's `PT_LOAD` segments.
+    pub fn contains(&self, vaddr: u64) -> bool {
+        self.segments.iter().any(|&(lo, hi)| vaddr >= lo && vaddr < hi)
+    }
+
+    /// Source frames for file address `probe`, innermost (inlined) first.
+    /// Returns the frames and a note on broken debug info met on the way.
+    pub fn lookup(&self, probe: u64) -> (Vec<SourceFrame>, Option<String>) {
+        let mut frames = Vec::new();
+        let mut error = None;
+        if let Some(ctx) = &self.context {
+            match ctx.find_frames(probe).skip_all_loads() {
+                Ok(mut iter) => loop {
+                    match iter.next() {
+                        Ok(Some(frame)) => {
+                            let function = frame.function.as_ref().and_then(|f| {
+                                let raw = f.raw_name().ok()?;
+                                let lang = f.language.map(Language::from_dwarf);
+                                Some(demangle(&raw, lang))
+                            });
+                            let (file, line) = match &frame.location {
+                                Some(loc) => (
+                                    loc.file.map(str::to_string),
+                                    loc.line.filter(|&l| l != 0),
+                                ),
+                                None => (None, None),
+                            };
+                            frames.push(SourceFrame {
+                                function,
+                                file,
+                                line,
+                                inlined: true,
+                            });
+                        }
+                        Ok(None) => break,
+                        Err(e) => {
+                            error = Some(format!("DWARF: {e}"));
+                            break;
+                        }
+                    }
+                },
+                Err(e) => error = Some(format!("DWARF: {e}")),
+            }
+        }
+        // Every frame but the outermost one was inlined into the next.
+        if let Some(last) = frames.last_mut() {
+            last.inlined = false;
+        }
+        // The symbol table names the outermost function when DWARF could not.
+        let needs_name = frames.last().map_or(true, |f| f.function.is_none());
+        if needs_name {
+            if let Some(name) = self.symbol_at(probe) {
+                match frames.last_mut() {
+                    Some(f) => f.function = Some(name),
+                    None => frames.push(SourceFrame {
+                        function: Some(name),
+                        file: None,
+                        line: None,
+                        inlined: false,
+                    }),
+                }
+            }
+        }
+        // A frame with neither name nor place says nothing.
+        if frames.len() == 1 && frames[0].function.is_none() && frames[0].file.is_none() {
+            frames.clear();
+        }
+        (frames, error.or_else(|| self.dwarf_error.clone()))
+    }
+
+    /// The demangled name of the function symbol covering `probe`.
+    fn symbol_at(&self, probe: u64) -> Option<String> {
+        let i = self.symbols.partition_point(|s| s.start <= probe);
+        let s = self.symbols.get(i.checked_sub(1)?)?;
+        if s.size != 0 && probe - s.start >= s.size {
+            return None;
+        }
+        Some(demangle(&s.name, None))
+    }
+}
+
+fn make_context(
+    file: &object::File<'_>,
+    mmap: &Arc<Mmap>,
+    path: &Path,
+    search: &DebugSearch<'_>,
+) -> (Option<addr2line::Context<Reader>>, Option<String>) {
+    let mut dwarf = match load_dwarf(file, mmap) {
+        Ok(d) => d,
+        Err(e) => return (None, Some(e)),
+    };
+    if let Ok(Some((alt_name, alt_id))) = file.gnu_debugaltlink() {
+        if let Some(sup) = load_sup(path, alt_name, alt_id, search) {
+            dwarf.sup = Some(Arc::new(sup));
+        }
+    }
+    match addr2line::Context::from_dwarf(dwarf) {
+        Ok(ctx) => (Some(ctx), None),
+        Err(e) => (None, Some(format!("DWARF: {e}"))),
+    }
+}
+
+/// Loads the dwz supplementary file named by `.gnu_debugaltlink`.
+fn load_sup(
+    path: &Path,
+    name: &[u8],
+    build_id: &[u8],
+    search: &DebugSearch<'_>,
+) -> Option<gimli::Dwarf<Reader>> {
+    let name = os_path(name);
+    let mut candidates = Vec::new();
+    if name.is_absolute() {
+        // The absolute path is the one on the build machine: look for it
+        // under each debug dir's parent chain too (sysroot already applied).
+        for dir in search.debug_dirs {
+            if let Ok(rel) = name.strip_prefix("/usr/lib/debug") {
+                candidates.push(dir.join(rel));
+            }
+        }
+        candidates.push(name.clone());
+    } else {
+        candidates.push(path.parent().unwrap_or(Path::new("")).join(&name));
+    }
+    if build_id.len() >= 2 {
+        for dir in search.debug_dirs {
+            candidates.push(
+                dir.join(".build-id")
+                    .join(hex(&build_id[..1]))
+                    .join(format!("{}.debug", hex(&build_id[1..]))),
+            );
+        }
+    }
+    for candidate in candidates {
+        let Ok(m) = map(&candidate) else { continue };
+        let Ok(f) = parse(&m) else { continue };
+        if f.build_id().ok().flatten().is_some_and(|id| id != build_id) {
+            continue;
+        }
+        if let Ok(d) = load_dwarf(&f, &m) {
+            return Some(d);
+        }
+    }
+    None
+}
+
+fn collect_symbols(file: &object::File<'_>, out: &mut Vec<FnSymbol>) {
+    for sym in file.symbols().chain(file.dynamic_symbols()) {
+        if sym.kind() != object::SymbolKind::Text || !sym.is_definition() {
+            continue;
+        }
+        let Ok(name) = sym.name() else { continue };
+        if name.is_empty() {
+            continue;
+        }
+        out.push(FnSymbol {
+            start: sym.address(),
+            size: sym.size(),
+            global: sym.is_global(),
+            name: name.to_string(),
+        });
+    }
+}
+
+/// Sorts symbols and keeps one per address: a sized one over an unsized one,
+/// a global over a local, a public name over a `_`-prefixed alias
+/// (`malloc` over `__libc_malloc`), then the shorter.
+fn finish_symbols(symbols: &mut Vec<FnSymbol>) {
+    symbols.sort_by(|a, b| {
+        a.start
+            .cmp(&b.start)
+            .then((b.size != 0).cmp(&(a.size != 0)))
+            .then(b.global.cmp(&a.global))
+            .then(a.name.starts_with('_').cmp(&b.name.starts_with('_')))
+            .then(a.name.len().cmp(&b.name.len()))
+            .then(a.name.cmp(&b.name))
+    });
+    symbols.dedup_by(|later, first| later.start == first.start);
+}
