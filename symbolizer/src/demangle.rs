@@ -105,7 +105,10 @@ mod tests {
         // hash element `h` + 16 hex digits, then E.
         let sym = "_ZN4core3ptr13drop_in_place17h0123456789abcdefE";
         assert_eq!(demangle(sym, None), "core::ptr::drop_in_place");
-        assert_eq!(demangle(sym, Some(Language::Rust)), "core::ptr::drop_in_place");
+        assert_eq!(
+            demangle(sym, Some(Language::Rust)),
+            "core::ptr::drop_in_place"
+        );
         // `$LT$`/`$GT$` escapes are decoded.
         let generic = "_ZN66_$LT$alloc..vec..Vec$LT$T$GT$$u20$as$u20$core..ops..drop..Drop$GT$4drop17h0123456789abcdefE";
         assert_eq!(
@@ -131,7 +134,10 @@ mod tests {
             demangle("_ZN2ns3FooIiE3barEi", None),
             "ns::Foo<int>::bar(int)"
         );
-        assert_eq!(demangle("_ZN2ns3FooIiE3barEi", Some(Language::Cpp)), "ns::Foo<int>::bar(int)");
+        assert_eq!(
+            demangle("_ZN2ns3FooIiE3barEi", Some(Language::Cpp)),
+            "ns::Foo<int>::bar(int)"
+        );
         // Without a Rust hash, `_ZN…E` is C++ (a namespace-scope variable).
         assert_eq!(demangle("_ZN2ns5countE", None), "ns::count");
         assert_eq!(demangle("_Znwm", None), "operator new(unsigned long)");

@@ -202,10 +202,7 @@ fn section_bytes(
     })
 }
 
-fn load_dwarf(
-    file: &object::File<'_>,
-    mmap: &Arc<Mmap>,
-) -> Result<gimli::Dwarf<Reader>, String> {
+fn load_dwarf(file: &object::File<'_>, mmap: &Arc<Mmap>) -> Result<gimli::Dwarf<Reader>, String> {
     let endian = if file.is_little_endian() {
         gimli::RunTimeEndian::Little
     } else {
@@ -336,9 +333,16 @@ impl Image {
         })
     }
 
+    /// Whether DWARF could be read for this file.
+    pub fn has_dwarf(&self) -> bool {
+        self.context.is_some()
+    }
+
     /// Whether `vaddr` lies in one of the file's `PT_LOAD` segments.
     pub fn contains(&self, vaddr: u64) -> bool {
-        self.segments.iter().any(|&(lo, hi)| vaddr >= lo && vaddr < hi)
+        self.segments
+            .iter()
+            .any(|&(lo, hi)| vaddr >= lo && vaddr < hi)
     }
 
     /// Source frames for file address `probe`, innermost (inlined) first.
@@ -357,10 +361,9 @@ impl Image {
                                 Some(demangle(&raw, lang))
                             });
                             let (file, line) = match &frame.location {
-                                Some(loc) => (
-                                    loc.file.map(str::to_string),
-                                    loc.line.filter(|&l| l != 0),
-                                ),
+                                Some(loc) => {
+                                    (loc.file.map(str::to_string), loc.line.filter(|&l| l != 0))
+                                }
                                 None => (None, None),
                             };
                             frames.push(SourceFrame {
@@ -385,7 +388,7 @@ impl Image {
             last.inlined = false;
         }
         // The symbol table names the outermost function when DWARF could not.
-        let needs_name = frames.last().map_or(true, |f| f.function.is_none());
+        let needs_name = !matches!(frames.last(), Some(f) if f.function.is_some());
         if needs_name {
             if let Some(name) = self.symbol_at(probe) {
                 match frames.last_mut() {

@@ -79,7 +79,10 @@ impl fmt::Display for Unresolved {
         match self {
             Unresolved::NoObject => write!(f, "the address is in no object loaded by the process"),
             Unresolved::NoFile { module } => {
-                write!(f, "{module} exists only in memory: there is no file to read")
+                write!(
+                    f,
+                    "{module} exists only in memory: there is no file to read"
+                )
             }
             Unresolved::FileMissing { path, error } => {
                 write!(f, "cannot open {}: {error}", path.display())
@@ -212,6 +215,21 @@ impl Options {
     }
 }
 
+/// What became of one object of the trace ([`Symbolizer::files`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileInfo {
+    /// Path as the trace names it.
+    pub module: String,
+    /// Path read on this machine (after the sysroot and path map).
+    pub path: PathBuf,
+    /// Separate debug file the DWARF came from, when not the file itself.
+    pub debug_file: Option<PathBuf>,
+    /// Whether usable DWARF was found (else only symbol tables serve).
+    pub has_debug_info: bool,
+    /// Why the file could not be used at all.
+    pub problem: Option<Unresolved>,
+}
+
 enum State {
     NotLoaded,
     Loaded(Box<Image>),
@@ -238,7 +256,8 @@ pub struct Symbolizer {
 
 /// True for objects that have no file: the vDSO and friends.
 fn is_pseudo(path: &str) -> bool {
-    path.starts_with('[') || (!path.contains('/') && path.contains("vdso"))
+    path.starts_with('[')
+        || (!path.contains('/') && path.contains("vdso"))
         || path == "linux-gate.so.1"
 }
 
@@ -291,7 +310,11 @@ impl Symbolizer {
     /// Resolves many addresses at once, in address order (one object, and
     /// neighbouring compilation units, at a time); read them with
     /// [`Symbolizer::get`] or [`Symbolizer::symbolize`] afterwards.
-    pub fn symbolize_all(&mut self, addresses: impl IntoIterator<Item = u64>, is_return_address: bool) {
+    pub fn symbolize_all(
+        &mut self,
+        addresses: impl IntoIterator<Item = u64>,
+        is_return_address: bool,
+    ) {
         let mut all: Vec<u64> = addresses.into_iter().collect();
         all.sort_unstable();
         all.dedup();
@@ -310,6 +333,28 @@ impl Symbolizer {
     /// binary that ran.
     pub fn warnings(&self) -> &[String] {
         &self.warnings
+    }
+
+    /// The objects opened so far: which file was read for each, where its
+    /// debug info came from, or why it could not be used.
+    pub fn files(&self) -> Vec<FileInfo> {
+        self.entries
+            .iter()
+            .filter_map(|e| {
+                let (debug_file, has_debug_info, problem) = match &e.state {
+                    State::NotLoaded => return None,
+                    State::Loaded(image) => (image.debug_file.clone(), image.has_dwarf(), None),
+                    State::Failed(reason) => (None, false, Some(reason.clone())),
+                };
+                Some(FileInfo {
+                    module: e.module.clone(),
+                    path: self.options.local_path(&e.module),
+                    debug_file,
+                    has_debug_info,
+                    problem,
+                })
+            })
+            .collect()
     }
 
     fn find_entry(&self, address: u64) -> Option<usize> {
@@ -412,14 +457,21 @@ mod tests {
     #[test]
     fn path_mapping_and_sysroot() {
         let mut o = Options::default();
-        assert_eq!(o.local_path("/usr/lib/libc.so.6"), PathBuf::from("/usr/lib/libc.so.6"));
+        assert_eq!(
+            o.local_path("/usr/lib/libc.so.6"),
+            PathBuf::from("/usr/lib/libc.so.6")
+        );
         o.sysroot = Some("/tmp/root".into());
         assert_eq!(
             o.local_path("/usr/lib/libc.so.6"),
             PathBuf::from("/tmp/root/usr/lib/libc.so.6")
         );
-        o.path_map.push(Options::parse_path_map("/build/app=/home/me/app").unwrap());
-        assert_eq!(o.local_path("/build/app/bin/x"), PathBuf::from("/home/me/app/bin/x"));
+        o.path_map
+            .push(Options::parse_path_map("/build/app=/home/me/app").unwrap());
+        assert_eq!(
+            o.local_path("/build/app/bin/x"),
+            PathBuf::from("/home/me/app/bin/x")
+        );
         // Whole components only: /build/application is not under /build/app.
         assert_eq!(
             o.local_path("/build/application"),
@@ -427,7 +479,10 @@ mod tests {
         );
         assert!(Options::parse_path_map("nothing").is_err());
         assert!(Options::parse_path_map("=x").is_err());
-        assert_eq!(o.all_debug_dirs(), vec![PathBuf::from("/tmp/root/usr/lib/debug")]);
+        assert_eq!(
+            o.all_debug_dirs(),
+            vec![PathBuf::from("/tmp/root/usr/lib/debug")]
+        );
     }
 
     #[test]
@@ -445,7 +500,10 @@ mod tests {
             },
         ];
         let mut s = Symbolizer::new(&objects, "", Options::default());
-        assert_eq!(s.symbolize(0x1000, true).unresolved, Some(Unresolved::NoObject));
+        assert_eq!(
+            s.symbolize(0x1000, true).unresolved,
+            Some(Unresolved::NoObject)
+        );
         // Just past the end of the library's mapping.
         assert_eq!(
             s.symbolize(0x7f00_0001_0000, true).unresolved,

@@ -75,14 +75,24 @@ fn check_chain(pie: bool) {
     if pie {
         assert!(exe.load_address > 0x10_0000, "a PIE is loaded high");
     } else {
-        assert_eq!(exe.load_address, 0x40_0000, "non-PIE x86-64 executables sit at 4 MiB");
+        assert_eq!(
+            exe.load_address, 0x40_0000,
+            "non-PIE x86-64 executables sit at 4 MiB"
+        );
     }
     let mut s = Symbolizer::new(&out.objects, bin.to_str().unwrap(), Options::default());
 
     for k in 0..10 {
         // The function's own address: its opening line, looked up as is.
         let r = s.symbolize(out.addr("fn", &format!("f{k}")), false).clone();
-        assert_eq!(only_frame(&r), (&*format!("f{k}"), "chain.c", line_of(&src, &format!("/* DEF {k} */"))));
+        assert_eq!(
+            only_frame(&r),
+            (
+                &*format!("f{k}"),
+                "chain.c",
+                line_of(&src, &format!("/* DEF {k} */"))
+            )
+        );
         assert_eq!(r.module.as_deref(), Some(bin.to_str().unwrap()));
         // ra[k] returns into f_{k-1} (main for k = 0), just after the call.
         let ra = out.addr("ra", &k.to_string());
@@ -92,7 +102,10 @@ fn check_chain(pie: bool) {
         } else {
             (format!("f{}", k - 1), format!("/* CALL {} */", k - 1))
         };
-        assert_eq!(only_frame(&r), (&*caller, "chain.c", line_of(&src, &marker)));
+        assert_eq!(
+            only_frame(&r),
+            (&*caller, "chain.c", line_of(&src, &marker))
+        );
         assert_eq!(r.module_offset, ra - exe.load_address);
         let expected_file_address = if pie { ra - exe.load_address } else { ra };
         assert_eq!(r.file_address, Some(expected_file_address));
@@ -103,7 +116,10 @@ fn check_chain(pie: bool) {
     // instruction after `call f1` in f0 stores to ra[0], on the next line.
     let ra1 = out.addr("ra", "1");
     let plain = s.symbolize(ra1, false).clone();
-    assert_eq!(plain.frames[0].line, Some(line_of(&src, "/* CALL 0 */") + 1));
+    assert_eq!(
+        plain.frames[0].line,
+        Some(line_of(&src, "/* CALL 0 */") + 1)
+    );
 }
 
 #[test]
@@ -152,13 +168,21 @@ fn cpp_namespace_and_template_names_are_demangled() {
     let r = s.symbolize(out.addr("ra", "bar"), true).clone();
     assert_eq!(
         only_frame(&r),
-        ("ns::Foo<int>::bar(int)", "tmpl.cpp", line_of(&src, "/* CALL bar */"))
+        (
+            "ns::Foo<int>::bar(int)",
+            "tmpl.cpp",
+            line_of(&src, "/* CALL bar */")
+        )
     );
     assert_same_as_binutils(&bin, &r, true);
     let r = s.symbolize(out.addr("fn", "plain"), false).clone();
     assert_eq!(
         only_frame(&r),
-        ("ns::plain(long)", "tmpl.cpp", line_of(&src, "/* DEF plain */"))
+        (
+            "ns::plain(long)",
+            "tmpl.cpp",
+            line_of(&src, "/* DEF plain */")
+        )
     );
     assert_same_as_binutils(&bin, &r, false);
 }
@@ -192,16 +216,34 @@ fn inlined_frames_are_expanded_innermost_first() {
     let mut s = Symbolizer::new(&out.objects, bin.to_str().unwrap(), Options::default());
     let r = s.symbolize(out.addr("ra", "sink"), true).clone();
     assert!(r.unresolved.is_none(), "{:?}", r.unresolved);
-    let got: Vec<(Option<&str>, Option<&str>, Option<u32>, bool)> = r
+    type Row<'a> = (Option<&'a str>, Option<&'a str>, Option<u32>, bool);
+    let got: Vec<Row> = r
         .frames
         .iter()
-        .map(|f| (f.function.as_deref(), f.file.as_deref().map(basename), f.line, f.inlined))
+        .map(|f| {
+            (
+                f.function.as_deref(),
+                f.file.as_deref().map(basename),
+                f.line,
+                f.inlined,
+            )
+        })
         .collect();
     assert_eq!(
         got,
         vec![
-            (Some("inner"), Some("inl.c"), Some(line_of(&src, "/* CALL sink */")), true),
-            (Some("outer"), Some("inl.c"), Some(line_of(&src, "/* CALL inner */")), false),
+            (
+                Some("inner"),
+                Some("inl.c"),
+                Some(line_of(&src, "/* CALL sink */")),
+                true
+            ),
+            (
+                Some("outer"),
+                Some("inl.c"),
+                Some(line_of(&src, "/* CALL inner */")),
+                false
+            ),
         ]
     );
     assert_same_as_binutils(&bin, &r, true);
@@ -231,10 +273,22 @@ int main(void) {
 #[test]
 fn shared_library_at_its_load_address() {
     let b = Built::new();
-    let lib = b.compile("gcc", "shl.c", LIB, "libshl.so", &["-g", "-O0", "-shared", "-fPIC"]);
+    let lib = b.compile(
+        "gcc",
+        "shl.c",
+        LIB,
+        "libshl.so",
+        &["-g", "-O0", "-shared", "-fPIC"],
+    );
     let rpath = format!("-Wl,-rpath,{}", b.dir.path().display());
     let main_src = format!("{PRINT_OBJECTS}{LIB_MAIN}");
-    let bin = b.compile("gcc", "main.c", &main_src, "withlib", &["-g", "-O0", "-L.", "-lshl", &rpath]);
+    let bin = b.compile(
+        "gcc",
+        "main.c",
+        &main_src,
+        "withlib",
+        &["-g", "-O0", "-L.", "-lshl", &rpath],
+    );
     let out = run(&bin, &[]);
     let lib_obj = out
         .objects
@@ -248,7 +302,10 @@ fn shared_library_at_its_load_address() {
     let r = s.symbolize(entry, false).clone();
     assert_eq!(r.module.as_deref(), Some(lib_obj.path.as_str()));
     assert_eq!(r.module_offset, entry - lib_obj.load_address);
-    assert_eq!(only_frame(&r), ("shl_entry", "shl.c", line_of(LIB, "/* DEF shl_entry */")));
+    assert_eq!(
+        only_frame(&r),
+        ("shl_entry", "shl.c", line_of(LIB, "/* DEF shl_entry */"))
+    );
     let r = s.symbolize(out.addr("ra", "shl_record"), true).clone();
     assert_eq!(
         only_frame(&r),
@@ -258,8 +315,16 @@ fn shared_library_at_its_load_address() {
     // The vDSO is listed by the loader but has no file.
     if let Some(vdso) = out.objects.iter().find(|o| o.path.contains("vdso")) {
         let r = s.symbolize(vdso.load_address + 0x10, true);
-        assert!(matches!(r.unresolved, Some(symbolizer::Unresolved::NoFile { .. })), "{r:?}");
-        assert!(r.unresolved.as_ref().unwrap().to_string().contains("no file"));
+        assert!(
+            matches!(r.unresolved, Some(symbolizer::Unresolved::NoFile { .. })),
+            "{r:?}"
+        );
+        assert!(r
+            .unresolved
+            .as_ref()
+            .unwrap()
+            .to_string()
+            .contains("no file"));
     }
 }
 
@@ -301,9 +366,15 @@ fn check_rust(mangling: &str) {
     }
     b.run_tool("rustc", &args);
     // Make sure the symbol really is mangled the way this test is about.
-    let mangled = if mangling == "v0" { "_RNv" } else { "_ZN8rustprog5inner5leaky17h" };
+    let mangled = if mangling == "v0" {
+        "_RNv"
+    } else {
+        "_ZN8rustprog5inner5leaky17h"
+    };
     let bytes = std::fs::read(b.path("rustprog")).unwrap();
-    assert!(bytes.windows(mangled.len()).any(|w| w == mangled.as_bytes()));
+    assert!(bytes
+        .windows(mangled.len())
+        .any(|w| w == mangled.as_bytes()));
     let bin = b.path("rustprog");
     let out = run(&bin, &[]);
     // Size 0: the extent is unknown, as some trace formats leave it.
@@ -311,7 +382,11 @@ fn check_rust(mangling: &str) {
     let r = s.symbolize(out.addr("fn", "leaky"), false).clone();
     assert_eq!(
         only_frame(&r),
-        ("rustprog::inner::leaky", "rustprog.rs", line_of(RUST, "// DEF leaky"))
+        (
+            "rustprog::inner::leaky",
+            "rustprog.rs",
+            line_of(RUST, "// DEF leaky")
+        )
     );
 }
 

@@ -76,7 +76,14 @@ impl Built {
     }
 
     /// Writes `source` as `name` and compiles it into `out`.
-    pub fn compile(&self, compiler: &str, name: &str, source: &str, out: &str, flags: &[&str]) -> PathBuf {
+    pub fn compile(
+        &self,
+        compiler: &str,
+        name: &str,
+        source: &str,
+        out: &str,
+        flags: &[&str],
+    ) -> PathBuf {
         self.write(name, source);
         // Libraries (`-lx`) must follow the source that uses them.
         let mut args: Vec<&str> = vec!["-o", out, name, "-Wl,--build-id"];
