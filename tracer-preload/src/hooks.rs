@@ -273,6 +273,44 @@ pub unsafe fn assert_fail(
     abort()
 }
 
+// ---------------------------------------------------------------- dlclose
+
+/// Before glibc's `dlclose` may unmap an object, the writer symbolizes the
+/// addresses seen inside it.
+pub unsafe fn dlclose(handle: *mut c_void) -> c_int {
+    if !handle.is_null() && !tls::inside() {
+        let path = {
+            let _g = tls::enter();
+            let mut map: *mut libc::c_void = core::ptr::null_mut();
+            if libc::dlinfo(
+                handle,
+                libc::RTLD_DI_LINKMAP,
+                (&mut map as *mut *mut c_void).cast(),
+            ) == 0
+                && !map.is_null()
+            {
+                // struct link_map { ElfW(Addr) l_addr; char *l_name; ... }
+                let name = *(map as *const *const c_char).add(1);
+                (!name.is_null()).then(|| {
+                    core::ffi::CStr::from_ptr(name)
+                        .to_string_lossy()
+                        .into_owned()
+                })
+            } else {
+                None
+            }
+        };
+        if let Some(path) = path {
+            lifecycle::before_dlclose(path);
+        }
+    }
+    let real = next_symbol(c"dlclose");
+    if real.is_null() {
+        return -1;
+    }
+    core::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> c_int>(real)(handle)
+}
+
 // ---------------------------------------------------------------- exec
 
 extern "C" {

@@ -213,6 +213,11 @@ execl_entry!(execlp, hooks::EXECLP);
 execl_entry!(execle, hooks::EXECLE);
 
 #[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn dlclose(handle: *mut c_void) -> c_int {
+    hooks::dlclose(handle)
+}
+
+#[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn abort() -> ! {
     hooks::abort()
 }

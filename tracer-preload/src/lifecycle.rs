@@ -661,6 +661,34 @@ fn stop_writer(print: bool) -> Option<Receiver<Msg>> {
     join_writer()
 }
 
+/// `dlclose` is about to unload the object at `path`: the writer reports it
+/// and symbolizes the addresses inside it while they are still mapped.
+pub fn before_dlclose(path: String) {
+    if !is_traced_process() || STATE.load(Ordering::Acquire) != TRACING {
+        return;
+    }
+    let ctl = CONTROL.load(Ordering::Acquire);
+    if ctl.is_null() {
+        return;
+    }
+    // SAFETY: a Control published in CONTROL is never freed (see stop_writer).
+    let ctl = unsafe { &*ctl };
+    if let Ok(mut v) = ctl.unloading.lock() {
+        v.push(path);
+    }
+    request_flush(ctl, Duration::from_secs(5));
+}
+
+/// Asks the writer to drain and flush; waits for it at most `limit`.
+fn request_flush(ctl: &Control, limit: Duration) {
+    let ticket = ctl.flush_requested.fetch_add(1, Ordering::SeqCst) + 1;
+    writer::wake();
+    let begun = Instant::now();
+    while ctl.flush_done.load(Ordering::SeqCst) < ticket && begun.elapsed() < limit {
+        std::thread::sleep(Duration::from_micros(200));
+    }
+}
+
 /// The process is about to die abnormally (`abort`, a failed `assert`): have
 /// the writer put everything queued so far into the files (the mlyze spool is
 /// then recoverable with every event), waiting at most a second.
@@ -674,13 +702,7 @@ pub fn before_abort() {
     }
     // SAFETY: a Control published in CONTROL is never freed (see stop_writer).
     let ctl = unsafe { &*ctl };
-    let ticket = ctl.flush_requested.fetch_add(1, Ordering::SeqCst) + 1;
-    writer::wake();
-    let begun = Instant::now();
-    while ctl.flush_done.load(Ordering::SeqCst) < ticket && begun.elapsed() < Duration::from_secs(1)
-    {
-        std::thread::sleep(Duration::from_micros(200));
-    }
+    request_flush(ctl, Duration::from_secs(1));
 }
 
 extern "C" fn at_exit() {

@@ -16,6 +16,10 @@ use format_writers::Object;
 #[derive(Default)]
 pub struct Known {
     ranges: Vec<(u64, u64)>,
+    /// Path of each range, for `ranges_of`.
+    paths: Vec<String>,
+    /// An unknown address was seen while a scan was not due yet.
+    pending: bool,
     seen: HashSet<(String, u64)>,
     last_scan: Option<Instant>,
 }
@@ -29,21 +33,46 @@ impl Known {
         self.ranges.iter().any(|&(lo, hi)| addr >= lo && addr < hi)
     }
 
-    /// Scans unless a scan happened very recently.
+    /// Scans unless a scan happened very recently (then remembers to scan
+    /// once the gap has passed, see `rescan_pending`).
     pub fn rescan_if_due(&mut self) -> Vec<Object> {
         match self.last_scan {
-            Some(t) if t.elapsed() < RESCAN_GAP => Vec::new(),
+            Some(t) if t.elapsed() < RESCAN_GAP => {
+                self.pending = true;
+                Vec::new()
+            }
             _ => self.rescan(),
         }
+    }
+
+    /// The scan postponed by `rescan_if_due`, when its time has come.
+    pub fn rescan_pending(&mut self) -> Vec<Object> {
+        if self.pending {
+            self.rescan_if_due()
+        } else {
+            Vec::new()
+        }
+    }
+
+    /// Address ranges of the objects loaded from `path`.
+    pub fn ranges_of(&self, path: &str) -> Vec<(u64, u64)> {
+        self.paths
+            .iter()
+            .zip(&self.ranges)
+            .filter(|(p, _)| p.as_str() == path)
+            .map(|(_, &r)| r)
+            .collect()
     }
 
     /// Scans the loaded objects; returns the ones not reported before.
     pub fn rescan(&mut self) -> Vec<Object> {
         self.last_scan = Some(Instant::now());
+        self.pending = false;
         let mut fresh = Vec::new();
         for o in scan() {
             if o.size > 0 && !self.contains(o.load_address) {
                 self.ranges.push((o.load_address, o.load_address + o.size));
+                self.paths.push(o.path.clone());
             }
             if self.seen.insert((o.path.clone(), o.load_address)) {
                 fresh.push(o);

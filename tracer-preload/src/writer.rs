@@ -85,6 +85,9 @@ pub struct Control {
     /// everything queued before the request is in the files once served.
     pub flush_requested: AtomicU64,
     pub flush_done: AtomicU64,
+    /// Objects about to be unloaded (`dlclose`): before the flush is served,
+    /// the addresses seen inside them are symbolized while still mapped.
+    pub unloading: Mutex<Vec<String>>,
 }
 
 /// What the writer needs to know besides its messages.
@@ -160,11 +163,21 @@ pub fn run(
             while let Ok(m) = rx.try_recv() {
                 st.handle(m);
             }
+            let unloading = ctl
+                .unloading
+                .lock()
+                .map(|mut v| std::mem::take(&mut *v))
+                .unwrap_or_default();
+            if !unloading.is_empty() {
+                st.resolve_objects(&unloading);
+            }
             st.flush();
             last_flush = Instant::now();
             ctl.flush_done.store(wanted, Ordering::SeqCst);
         }
         if last_flush.elapsed() >= FLUSH_EVERY {
+            let fresh = st.objects.rescan_pending();
+            st.emit_objects(fresh);
             st.flush();
             last_flush = Instant::now();
         }
@@ -412,6 +425,30 @@ impl State {
         });
         for (time_ns, t, a) in due {
             self.free(time_ns, t, a);
+        }
+    }
+
+    /// Symbolizes now the addresses inside the objects loaded from `paths`
+    /// (about to be unloaded), after a scan that reports them if new.
+    fn resolve_objects(&mut self, paths: &[String]) {
+        let fresh = self.objects.rescan();
+        self.emit_objects(fresh);
+        let ranges: Vec<(u64, u64)> = paths
+            .iter()
+            .flat_map(|p| self.objects.ranges_of(p))
+            .collect();
+        let mut inside: Vec<u64> = self
+            .addresses
+            .iter()
+            .copied()
+            .filter(|&a| ranges.iter().any(|&(lo, hi)| a >= lo && a < hi))
+            .collect();
+        inside.sort_unstable();
+        for a in inside {
+            self.addresses.remove(&a);
+            if let Some(symbol) = resolve(a) {
+                self.emit(&Record::AddressSymbol { address: a, symbol });
+            }
         }
     }
 
