@@ -98,6 +98,8 @@ pub struct Setup {
 }
 
 const FLUSH_EVERY: Duration = Duration::from_millis(100);
+/// Minimum time between two flushes made because the queue ran empty.
+const FLUSH_WHEN_IDLE: Duration = Duration::from_millis(2);
 
 struct State {
     outputs: Vec<Output>,
@@ -143,8 +145,12 @@ pub fn run(
     for m in early {
         st.handle(m);
     }
+    // The header records reach the file at once: a process killed soon after
+    // start still leaves a readable trace.
+    st.flush();
     let mut last_flush = Instant::now();
     let mut idle = Duration::from_micros(500);
+    let mut dirty = false;
     loop {
         let mut got = 0u32;
         while let Ok(m) = rx.try_recv() {
@@ -175,11 +181,16 @@ pub fn run(
             last_flush = Instant::now();
             ctl.flush_done.store(wanted, Ordering::SeqCst);
         }
-        if last_flush.elapsed() >= FLUSH_EVERY {
+        dirty |= got > 0;
+        // Every 100 ms under load; as soon as the program pauses otherwise
+        // (a short-lived process killed by a signal then loses nothing).
+        let since = last_flush.elapsed();
+        if since >= FLUSH_EVERY || (got == 0 && dirty && since >= FLUSH_WHEN_IDLE) {
             let fresh = st.objects.rescan_pending();
             st.emit_objects(fresh);
             st.flush();
             last_flush = Instant::now();
+            dirty = false;
         }
         if got == 0 {
             if ctl.stop.load(Ordering::SeqCst) && rx.is_empty() {
