@@ -259,6 +259,7 @@ int shl_entry(int v) { /* DEF shl_entry */
 "#;
 
 const LIB_MAIN: &str = r#"
+#include <stdlib.h>
 extern void *shl_ra;
 int shl_entry(int v);
 int main(void) {
@@ -266,6 +267,7 @@ int main(void) {
     print_objects();
     printf("fn shl_entry %p\n", (void *)&shl_entry);
     printf("ra shl_record %p\n", shl_ra);
+    printf("fn malloc %p\n", (void *)&malloc);
     return r != 2;
 }
 "#;
@@ -312,6 +314,16 @@ fn shared_library_at_its_load_address() {
         ("shl_entry", "shl.c", line_of(LIB, "/* CALL shl_record */"))
     );
     assert_same_as_binutils(&lib, &r, true);
+    // A system library: its dynamic symbol table names the function, or,
+    // when its debug package is installed, DWARF does with glibc's internal
+    // name (`__GI___libc_malloc`, as gdb and addr2line print it too).
+    let r = s.symbolize(out.addr("fn", "malloc"), false).clone();
+    assert!(r.module.as_deref().unwrap().contains("libc.so"), "{r:?}");
+    let name = r.frames.last().and_then(|f| f.function.as_deref());
+    assert!(
+        name.is_some_and(|n| n == "malloc" || n.ends_with("libc_malloc")),
+        "{r:?}"
+    );
     // The vDSO is listed by the loader but has no file.
     if let Some(vdso) = out.objects.iter().find(|o| o.path.contains("vdso")) {
         let r = s.symbolize(vdso.load_address + 0x10, true);
