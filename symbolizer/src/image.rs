@@ -119,6 +119,9 @@ pub(crate) struct Image {
 pub(crate) struct DebugSearch<'a> {
     /// Global debug directories (`/usr/lib/debug`, already under the sysroot).
     pub debug_dirs: &'a [PathBuf],
+    /// Whether paths recorded in files may be opened as they are (false
+    /// under a sysroot: the host's files are not the traced machine's).
+    pub host_paths: bool,
 }
 
 fn map(path: &Path) -> Result<Arc<Mmap>, OpenError> {
@@ -451,14 +454,16 @@ fn load_sup(
     let name = os_path(name);
     let mut candidates = Vec::new();
     if name.is_absolute() {
-        // The absolute path is the one on the build machine: look for it
-        // under each debug dir's parent chain too (sysroot already applied).
+        // An absolute path under /usr/lib/debug is looked for under each
+        // debug directory (which carry the sysroot), elsewhere as it is.
         for dir in search.debug_dirs {
             if let Ok(rel) = name.strip_prefix("/usr/lib/debug") {
                 candidates.push(dir.join(rel));
             }
         }
-        candidates.push(name.clone());
+        if search.host_paths {
+            candidates.push(name.clone());
+        }
     } else {
         candidates.push(path.parent().unwrap_or(Path::new("")).join(&name));
     }

@@ -385,6 +385,7 @@ impl Symbolizer {
             let path = self.options.local_path(&module);
             let search = DebugSearch {
                 debug_dirs: &self.debug_dirs,
+                host_paths: self.options.sysroot.is_none(),
             };
             match Image::open(&path, &search) {
                 Ok(image) => {
