@@ -717,17 +717,21 @@ pub fn before_exit() {
 // ---------------------------------------------------------------- fork
 
 extern "C" fn fork_prepare() {
-    // Nobody may be half-way through the early list when the address space is
-    // copied; every other tracer structure is replaced in the child.
+    // Nobody may be half-way through the early list, nor the writer inside the
+    // loader, when the address space is copied; every other tracer structure
+    // is replaced in the child.
+    crate::objects::fork_prepare();
     EARLY.lock();
 }
 
 extern "C" fn fork_parent() {
     EARLY.unlock();
+    crate::objects::fork_done(false);
 }
 
 extern "C" fn fork_child() {
     EARLY.unlock();
+    crate::objects::fork_done(true);
     let _g = tls::enter();
     tls::reset_after_fork();
     let state = STATE.load(Ordering::Acquire);

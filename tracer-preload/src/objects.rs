@@ -8,6 +8,7 @@
 //! when it first shows up.
 
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use format_writers::Object;
@@ -82,13 +83,58 @@ impl Known {
     }
 }
 
+/// Forks in progress (between our prepare and parent/child handlers).
+static FORKING: AtomicU32 = AtomicU32::new(0);
+/// The writer is inside the loader (`dl_iterate_phdr`, symbolization).
+static IN_LOADER: AtomicBool = AtomicBool::new(false);
+
+/// Runs `f`, which takes the loader's internal locks, never across a fork: a
+/// child must not inherit a loader lock held by the parent's writer (its own
+/// writer would block on it for ever). The fork side is [`fork_prepare`].
+pub fn loader_section<R>(f: impl FnOnce() -> R) -> R {
+    loop {
+        while FORKING.load(Ordering::SeqCst) != 0 {
+            std::thread::sleep(Duration::from_micros(100));
+        }
+        IN_LOADER.store(true, Ordering::SeqCst);
+        if FORKING.load(Ordering::SeqCst) == 0 {
+            break;
+        }
+        IN_LOADER.store(false, Ordering::SeqCst);
+    }
+    let r = f();
+    IN_LOADER.store(false, Ordering::SeqCst);
+    r
+}
+
+/// Called before a fork: waits (bounded, 2 s) until the writer is out of
+/// the loader, and keeps it out until [`fork_done`].
+pub fn fork_prepare() {
+    FORKING.fetch_add(1, Ordering::SeqCst);
+    let mut waited = 0;
+    while IN_LOADER.load(Ordering::SeqCst) && waited < 20_000 {
+        std::thread::sleep(Duration::from_micros(100));
+        waited += 1;
+    }
+}
+
+/// After a fork, in the parent (`child == false`) or the child.
+pub fn fork_done(child: bool) {
+    if child {
+        FORKING.store(0, Ordering::SeqCst);
+        IN_LOADER.store(false, Ordering::SeqCst);
+    } else {
+        FORKING.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 fn scan() -> Vec<Object> {
     let mut out: Vec<Object> = Vec::new();
     // SAFETY: the callback receives `out` back as its data pointer, and runs
     // synchronously inside dl_iterate_phdr while `out` is alive.
-    unsafe {
+    loader_section(|| unsafe {
         libc::dl_iterate_phdr(Some(callback), (&mut out as *mut Vec<Object>).cast());
-    }
+    });
     let exe = std::fs::read_link("/proc/self/exe")
         .map(|p| p.display().to_string())
         .unwrap_or_default();

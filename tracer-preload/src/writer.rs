@@ -498,7 +498,7 @@ fn resolve(address: u64) -> Option<Symbol> {
     let lookup = address.saturating_sub(1) as usize as *mut core::ffi::c_void;
     // SAFETY: only this thread symbolizes while the tracer runs, which is the
     // requirement of the unsynchronized entry point.
-    unsafe {
+    objects::loader_section(|| unsafe {
         backtrace::resolve_unsynchronized(lookup, |sym| {
             if found.is_some() {
                 return;
@@ -513,6 +513,177 @@ fn resolve(address: u64) -> Option<Symbol> {
                 line: sym.lineno().unwrap_or(0),
             });
         });
-    }
+    });
     found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+
+    /// A format writer that keeps what it is given.
+    struct Collect(Arc<Mutex<Vec<Record>>>);
+
+    impl TraceWriter for Collect {
+        fn write(&mut self, record: &Record) -> std::io::Result<()> {
+            self.0.lock().unwrap().push(record.clone());
+            Ok(())
+        }
+        fn finish(self: Box<Self>) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn state(depth: usize) -> (State, Arc<Mutex<Vec<Record>>>) {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let out = Output {
+            path: PathBuf::from("t"),
+            slots: vec![],
+            writer: Box::new(Collect(seen.clone())),
+        };
+        let st = State {
+            outputs: vec![out],
+            stacks: StackTable::new(),
+            depth,
+            addresses: HashSet::new(),
+            objects: objects::Known::default(),
+            threads: HashSet::new(),
+            pending: Vec::new(),
+            last_time: 0,
+            last_tid: 0,
+            failed: false,
+        };
+        (st, seen)
+    }
+
+    /// The events only, as (kind, thread, address) triples.
+    fn events(seen: &Arc<Mutex<Vec<Record>>>) -> Vec<(char, u32, u64)> {
+        seen.lock()
+            .unwrap()
+            .iter()
+            .filter_map(|r| match r {
+                Record::Event(Event::Alloc(a)) => Some(('A', a.thread, a.address)),
+                Record::Event(Event::Free(f)) => Some(('F', f.thread, f.address)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn alloc(tid: u32, addr: u64, realloc: bool) -> Msg {
+        Msg::Alloc {
+            time_ns: 10,
+            tid,
+            addr,
+            size: 8,
+            key: NO_STACK,
+            from_realloc: realloc,
+        }
+    }
+
+    #[test]
+    fn realloc_free_precedes_another_threads_reuse_of_the_address() {
+        let (mut st, seen) = state(8);
+        st.handle(Msg::ReallocFree {
+            time_ns: 5,
+            tid: 1,
+            addr: 0xa0,
+        });
+        st.handle(alloc(2, 0xa0, false)); // thread 2 got the old block
+        st.handle(alloc(1, 0xb0, true)); // thread 1's realloc returns
+        assert_eq!(
+            events(&seen),
+            vec![('F', 1, 0xa0), ('A', 2, 0xa0), ('A', 1, 0xb0)]
+        );
+    }
+
+    #[test]
+    fn failed_realloc_records_nothing_and_in_place_is_free_then_alloc() {
+        let (mut st, seen) = state(8);
+        st.handle(Msg::ReallocFree {
+            time_ns: 5,
+            tid: 1,
+            addr: 0xa0,
+        });
+        st.handle(Msg::ReallocFailed { tid: 1 });
+        assert_eq!(events(&seen), vec![]);
+        st.handle(Msg::ReallocFree {
+            time_ns: 6,
+            tid: 1,
+            addr: 0xa0,
+        });
+        st.handle(alloc(1, 0xa0, true));
+        assert_eq!(events(&seen), vec![('F', 1, 0xa0), ('A', 1, 0xa0)]);
+        assert!(st.pending.is_empty());
+    }
+
+    #[test]
+    fn stacks_are_emitted_once_trimmed_to_depth_and_times_never_go_back() {
+        let (mut st, seen) = state(2);
+        st.handle(Msg::Stack {
+            key: 77,
+            frames: vec![0x1000, 0x2000, 0x3000].into(),
+        });
+        st.handle(Msg::Stack {
+            key: 77,
+            frames: vec![0x1000, 0x2000, 0x3000].into(),
+        });
+        st.handle(Msg::Alloc {
+            time_ns: 50,
+            tid: 3,
+            addr: 0xc0,
+            size: 24,
+            key: 77,
+            from_realloc: false,
+        });
+        st.handle(Msg::Free {
+            time_ns: 40,
+            tid: 4,
+            addr: 0xc0,
+        });
+        let records = seen.lock().unwrap().clone();
+        let stacks: Vec<&Stack> = records
+            .iter()
+            .filter_map(|r| {
+                if let Record::Stack(s) = r {
+                    Some(s)
+                } else {
+                    None
+                }
+            })
+            .collect();
+        assert_eq!(stacks.len(), 1);
+        assert_eq!(stacks[0].id, 0);
+        assert_eq!(
+            stacks[0]
+                .frames
+                .iter()
+                .map(|f| f.address)
+                .collect::<Vec<_>>(),
+            vec![0x1000, 0x2000]
+        );
+        let times: Vec<u64> = records
+            .iter()
+            .filter_map(|r| {
+                if let Record::Event(e) = r {
+                    e.time_ns()
+                } else {
+                    None
+                }
+            })
+            .collect();
+        assert_eq!(times, vec![50, 50]);
+        let threads = records
+            .iter()
+            .filter(|r| matches!(r, Record::Thread(_)))
+            .count();
+        assert_eq!(threads, 2);
+        match records
+            .iter()
+            .find(|r| matches!(r, Record::Event(Event::Alloc(_))))
+        {
+            Some(Record::Event(Event::Alloc(a))) => assert_eq!((a.stack, a.size), (0, 24)),
+            _ => unreachable!("an allocation was written"),
+        }
+    }
 }
