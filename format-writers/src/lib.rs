@@ -11,9 +11,13 @@
 //! | [`mlyze`] | 256-byte `MTRC` header, JSON metadata, varint event stream | `MTRC` |
 //! | [`tlv`] | syscall capture TLV | `78 06 17 a5` |
 
+pub mod aggregate;
 pub mod bytes;
+pub mod callgrind;
 pub mod dumpalloc;
 pub mod error;
+pub mod folded;
+pub mod malt;
 pub mod mlyze;
 pub mod model;
 pub mod output;
