@@ -6,18 +6,12 @@
 //! one of ours first moves ours elsewhere, so the program can neither close the
 //! trace nor make us write into its own files under a reused number.
 //!
-//! Two kinds of registered descriptors:
-//! - *movable*: the writer writes through [`FdSink`], which reads the current
-//!   number from the registry on every write and announces the write in
-//!   `BUSY`; a hook that moves a descriptor waits until no write uses the old
-//!   number (both sides use sequentially consistent operations, so one of them
-//!   always sees the other).
-//! - *pinned*: files opened by a format writer itself (the mlyze writer's final
-//!   file and spool). While the tracer creates them, our `open64` hook moves
-//!   each new descriptor to a high number and pins it here. A pinned number
-//!   cannot be changed under the writer's `File`, so a `dup2` onto it makes the
-//!   writer abandon that output first (one line on stderr); the program wins.
-//!   When the tracer itself closes a pinned descriptor, it is unregistered.
+//! The writer reads and writes through [`FdSink`] and [`FdFile`], which look
+//! the current number up in the registry on every call and announce the call
+//! in `BUSY`; a hook that moves a descriptor waits until no call uses the old
+//! number (both sides use sequentially consistent operations, so one of them
+//! always sees the other). The format writers never hold a descriptor number
+//! of their own.
 
 use core::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::io;
@@ -27,58 +21,10 @@ use crate::sys;
 const SLOTS: usize = 8;
 static FDS: [AtomicI32; SLOTS] = [const { AtomicI32::new(-1) }; SLOTS];
 static BUSY: AtomicBool = AtomicBool::new(false);
-static PINNED: [AtomicBool; SLOTS] = [const { AtomicBool::new(false) }; SLOTS];
-static ABANDON: [AtomicBool; SLOTS] = [const { AtomicBool::new(false) }; SLOTS];
-static ABANDON_ANY: AtomicBool = AtomicBool::new(false);
-
-/// Moves a descriptor the tracer just opened to a high number and pins it;
-/// returns the new number (the original one when the registry is full).
-pub fn pin(fd: i32) -> (i32, Option<usize>) {
-    let high = sys::dup_high(fd, sys::high_fd_base());
-    let fd = if high >= 0 {
-        sys::raw_close(fd);
-        high
-    } else {
-        fd
-    };
-    for (i, slot) in FDS.iter().enumerate() {
-        if slot
-            .compare_exchange(-1, fd, Ordering::SeqCst, Ordering::SeqCst)
-            .is_ok()
-        {
-            PINNED[i].store(true, Ordering::SeqCst);
-            ABANDON[i].store(false, Ordering::SeqCst);
-            return (fd, Some(i));
-        }
-    }
-    (fd, None)
-}
-
 /// The tracer closed `fd` itself: forget it (the number is free again).
 pub fn forget(fd: i32) {
     if let Some(i) = slot_of(fd) {
-        PINNED[i].store(false, Ordering::SeqCst);
         FDS[i].store(-1, Ordering::SeqCst);
-    }
-}
-
-/// Whether the program asked for some pinned descriptor (see `evacuate`).
-pub fn abandon_requested() -> bool {
-    ABANDON_ANY.load(Ordering::SeqCst)
-}
-
-/// Whether the program asked for the descriptor in `slot`.
-pub fn abandon_slot(slot: usize) -> bool {
-    ABANDON[slot].load(Ordering::SeqCst)
-}
-
-/// The writer gave up the output owning `slot`: its number is the program's.
-pub fn abandoned(slot: usize) {
-    PINNED[slot].store(false, Ordering::SeqCst);
-    ABANDON[slot].store(false, Ordering::SeqCst);
-    FDS[slot].store(-1, Ordering::SeqCst);
-    if !ABANDON.iter().any(|a| a.load(Ordering::SeqCst)) {
-        ABANDON_ANY.store(false, Ordering::SeqCst);
     }
 }
 
@@ -105,7 +51,6 @@ pub fn register(fd: i32) -> Option<usize> {
 
 /// Closes and forgets the descriptor in `slot`.
 pub fn release(slot: usize) {
-    PINNED[slot].store(false, Ordering::SeqCst);
     let fd = FDS[slot].swap(-1, Ordering::SeqCst);
     if fd >= 0 {
         sys::raw_close(fd);
@@ -135,17 +80,6 @@ pub fn is_ours(fd: i32) -> bool {
 /// If `fd` is ours, moves it to another number so the caller may reuse `fd`.
 pub fn evacuate(fd: i32) {
     let Some(i) = slot_of(fd) else { return };
-    if PINNED[i].load(Ordering::SeqCst) {
-        // Ask the writer to drop this output, and wait (bounded) until it did.
-        ABANDON[i].store(true, Ordering::SeqCst);
-        ABANDON_ANY.store(true, Ordering::SeqCst);
-        let mut waited = 0;
-        while FDS[i].load(Ordering::SeqCst) == fd && waited < 2000 {
-            std::thread::sleep(std::time::Duration::from_millis(1));
-            waited += 1;
-        }
-        return;
-    }
     let mut moved = sys::dup_high(fd, sys::high_fd_base());
     if moved < 0 {
         moved = sys::dup_high(fd, 3);
@@ -198,6 +132,27 @@ pub fn split_range(first: u32, last: u32, holes: &[u32]) -> Vec<(u32, u32)> {
     out
 }
 
+/// Runs a system call on the descriptor currently registered in `slot`,
+/// retrying on EINTR; `-2` from `call` stands for "no descriptor".
+fn with_fd(slot: usize, mut call: impl FnMut(i32) -> isize) -> io::Result<usize> {
+    loop {
+        BUSY.store(true, Ordering::SeqCst);
+        let fd = FDS[slot].load(Ordering::SeqCst);
+        let n = if fd < 0 { -2 } else { call(fd) };
+        let err = sys::errno();
+        BUSY.store(false, Ordering::SeqCst);
+        if n >= 0 {
+            return Ok(n as usize);
+        }
+        if n == -2 {
+            return Err(io::Error::from_raw_os_error(libc::EBADF));
+        }
+        if err != libc::EINTR {
+            return Err(io::Error::from_raw_os_error(err));
+        }
+    }
+}
+
 /// A `Write` onto the descriptor registered in a slot.
 pub struct FdSink {
     slot: usize,
@@ -211,31 +166,63 @@ impl FdSink {
 
 impl io::Write for FdSink {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        loop {
-            BUSY.store(true, Ordering::SeqCst);
-            let fd = FDS[self.slot].load(Ordering::SeqCst);
-            let n = if fd < 0 {
-                -2
-            } else {
-                // SAFETY: pointer and length describe the live slice `buf`.
-                unsafe { libc::write(fd, buf.as_ptr().cast(), buf.len()) }
-            };
-            let err = sys::errno();
-            BUSY.store(false, Ordering::SeqCst);
-            if n >= 0 {
-                return Ok(n as usize);
-            }
-            if n == -2 {
-                return Err(io::Error::from_raw_os_error(libc::EBADF));
-            }
-            if err != libc::EINTR {
-                return Err(io::Error::from_raw_os_error(err));
-            }
-        }
+        // SAFETY: pointer and length describe the live slice `buf`.
+        with_fd(self.slot, |fd| unsafe {
+            libc::write(fd, buf.as_ptr().cast(), buf.len())
+        })
     }
 
     fn flush(&mut self) -> io::Result<()> {
         Ok(())
+    }
+}
+
+/// A readable, writable, seekable file behind a registry slot (the mlyze
+/// writer's spool).
+pub struct FdFile {
+    slot: usize,
+}
+
+impl FdFile {
+    pub fn new(slot: usize) -> Self {
+        FdFile { slot }
+    }
+}
+
+impl io::Write for FdFile {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        // SAFETY: pointer and length describe the live slice `buf`.
+        with_fd(self.slot, |fd| unsafe {
+            libc::write(fd, buf.as_ptr().cast(), buf.len())
+        })
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl io::Read for FdFile {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        // SAFETY: pointer and length describe the live, writable slice `buf`.
+        with_fd(self.slot, |fd| unsafe {
+            libc::read(fd, buf.as_mut_ptr().cast(), buf.len())
+        })
+    }
+}
+
+impl io::Seek for FdFile {
+    fn seek(&mut self, pos: io::SeekFrom) -> io::Result<u64> {
+        let (off, whence) = match pos {
+            io::SeekFrom::Start(o) => (o as i64, libc::SEEK_SET),
+            io::SeekFrom::End(o) => (o, libc::SEEK_END),
+            io::SeekFrom::Current(o) => (o, libc::SEEK_CUR),
+        };
+        // SAFETY: lseek takes integers only.
+        with_fd(self.slot, |fd| unsafe {
+            libc::lseek64(fd, off, whence) as isize
+        })
+        .map(|n| n as u64)
     }
 }
 

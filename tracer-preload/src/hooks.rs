@@ -143,35 +143,6 @@ pub unsafe fn close(fd: c_int) -> c_int {
     libc::syscall(libc::SYS_close, fd) as c_int
 }
 
-type Open64Fn = unsafe extern "C" fn(*const c_char, c_int, libc::mode_t) -> c_int;
-static REAL_OPEN64: core::sync::atomic::AtomicPtr<c_void> =
-    core::sync::atomic::AtomicPtr::new(core::ptr::null_mut());
-
-/// `open64` is interposed only so the files a format writer opens for the
-/// tracer land at high, protected descriptor numbers; the program's calls go
-/// to glibc's `open64` unchanged.
-pub unsafe fn open64(path: *const c_char, flags: c_int, mode: libc::mode_t) -> c_int {
-    let mut real = REAL_OPEN64.load(core::sync::atomic::Ordering::Acquire);
-    if real.is_null() {
-        let _g = tls::enter();
-        real = libc::dlsym(libc::RTLD_NEXT, c"open64".as_ptr());
-        REAL_OPEN64.store(real, core::sync::atomic::Ordering::Release);
-    }
-    let fd = if real.is_null() {
-        libc::syscall(libc::SYS_openat, libc::AT_FDCWD, path, flags, mode) as c_int
-    } else {
-        core::mem::transmute::<*mut c_void, Open64Fn>(real)(path, flags, mode)
-    };
-    if fd >= 0 && tls::inside() && tls::pin_opens() {
-        let (high, slot) = fds::pin(fd);
-        if let Some(slot) = slot {
-            tls::note_pinned(slot);
-        }
-        return high;
-    }
-    fd
-}
-
 pub unsafe fn dup2(old: c_int, new: c_int) -> c_int {
     if program_call() && old != new {
         fds::evacuate(new);

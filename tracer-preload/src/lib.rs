@@ -124,11 +124,6 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
 }
 
 #[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn open64(path: *const c_char, flags: c_int, mode: libc::mode_t) -> c_int {
-    hooks::open64(path, flags, mode)
-}
-
-#[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
     hooks::dup2(old, new)
 }

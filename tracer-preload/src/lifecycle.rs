@@ -395,16 +395,33 @@ fn create_outputs(cfg: &Config, pid: u32) -> Vec<Output> {
 
 type Created = (PathBuf, Vec<usize>, Box<dyn TraceWriter>);
 
-/// The mlyze writer opens its final file and spool itself; our `open64` hook
-/// moves both to high, pinned descriptors meanwhile.
+/// The mlyze writer spools next to its final file; both descriptors are ours
+/// (registered, movable), the writer only sees `Write`/`Read`/`Seek` on them.
 fn create_mlyze(wanted: &str) -> std::io::Result<Created> {
-    tls::set_pin_opens(true);
-    let created = mlyze::Writer::create(std::path::Path::new(wanted));
-    let mask = tls::pinned_now();
-    tls::set_pin_opens(false);
-    let (writer, path) = created?;
-    let slots = (0..32).filter(|i| mask & (1 << i) != 0).collect();
-    Ok((path, slots, Box::new(writer)))
+    let (out, path) = output::create_exclusive(std::path::Path::new(wanted), "mlyze")?;
+    let (spool, spool_path) = match mlyze::spool::create_spool_file(&path) {
+        Ok(x) => x,
+        Err(e) => {
+            drop(out);
+            let _ = std::fs::remove_file(&path);
+            return Err(e);
+        }
+    };
+    let too_many = || std::io::Error::other("too many trace files");
+    let out_slot = fds::register(out.into_raw_fd()).ok_or_else(too_many)?;
+    let Some(spool_slot) = fds::register(spool.into_raw_fd()) else {
+        fds::release(out_slot);
+        return Err(too_many());
+    };
+    let sink = BufWriter::with_capacity(64 * 1024, fds::FdSink::new(out_slot));
+    match mlyze::Writer::with_spool(sink, fds::FdFile::new(spool_slot), Some(spool_path)) {
+        Ok(w) => Ok((path, vec![out_slot, spool_slot], Box::new(w))),
+        Err(e) => {
+            fds::release(out_slot);
+            fds::release(spool_slot);
+            Err(e)
+        }
+    }
 }
 
 /// dumpalloc writes to any `Write`: a movable descriptor behind an `FdSink`.

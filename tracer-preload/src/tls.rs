@@ -25,8 +25,7 @@ thread_local! {
     static BUSY: Cell<bool> = const { Cell::new(false) };
     static TID: Cell<u32> = const { Cell::new(0) };
     static STACK_BOUNDS: Cell<(u64, u64)> = const { Cell::new((0, 0)) };
-    static PIN_OPENS: Cell<bool> = const { Cell::new(false) };
-    static PINNED_NOW: Cell<u32> = const { Cell::new(0) };
+
     static SENT: UnsafeCell<SentCache> =
         const { UnsafeCell::new(SentCache { epoch: 0, keys: [0; SENT_SLOTS] }) };
 }
@@ -143,25 +142,4 @@ pub fn forget_sent(key: u64) {
             *slot = 0;
         }
     });
-}
-
-/// While set, descriptors this thread opens through `open64` are moved high and
-/// pinned (the tracer creating its own files through a format writer).
-pub fn set_pin_opens(on: bool) {
-    let _ = PIN_OPENS.try_with(|c| c.set(on));
-    let _ = PINNED_NOW.try_with(|c| c.set(0));
-}
-
-pub fn pin_opens() -> bool {
-    PIN_OPENS.try_with(|c| c.get()).unwrap_or(false)
-}
-
-/// Records that registry slot `slot` was pinned by this thread.
-pub fn note_pinned(slot: usize) {
-    let _ = PINNED_NOW.try_with(|c| c.set(c.get() | (1 << slot)));
-}
-
-/// The slots pinned since `set_pin_opens(true)`, as a bit set.
-pub fn pinned_now() -> u32 {
-    PINNED_NOW.try_with(|c| c.get()).unwrap_or(0)
 }

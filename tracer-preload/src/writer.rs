@@ -161,9 +161,6 @@ pub fn run(
             }
         }
         ctl.progress.fetch_add(1, Ordering::Relaxed);
-        if fds::abandon_requested() {
-            st.abandon_taken_outputs();
-        }
         let wanted = ctl.flush_requested.load(Ordering::SeqCst);
         if wanted != ctl.flush_done.load(Ordering::Relaxed) {
             while let Ok(m) = rx.try_recv() {
@@ -272,32 +269,6 @@ impl State {
         }
         for out in &mut self.outputs {
             let _ = out.writer.flush();
-        }
-    }
-
-    /// The program `dup2`ed onto a descriptor of one of our outputs: that
-    /// output stops here, without another byte written to the descriptor.
-    fn abandon_taken_outputs(&mut self) {
-        let mut i = 0;
-        while i < self.outputs.len() {
-            if !self.outputs[i].slots.iter().any(|&s| fds::abandon_slot(s)) {
-                i += 1;
-                continue;
-            }
-            let out = self.outputs.remove(i);
-            crate::sys::stderr_line(&format!(
-                "the program reused the descriptor of {}; that trace stops here",
-                out.path.display()
-            ));
-            // Dropping would flush into a descriptor that is no longer ours.
-            std::mem::forget(out.writer);
-            for &s in &out.slots {
-                if fds::abandon_slot(s) {
-                    fds::abandoned(s);
-                } else {
-                    fds::release(s);
-                }
-            }
         }
     }
 
