@@ -362,7 +362,12 @@ fn create_outputs(cfg: &Config, pid: u32) -> Vec<Output> {
     let mut outputs = Vec::new();
     for &format in &cfg.formats {
         let ext = format.extension();
+        // Absolute now: the program may change directory before the writer
+        // finishes (and deletes the spool by name).
         let wanted = config::expand_output(&cfg.output, &names, ext);
+        let wanted = absolute(PathBuf::from(wanted))
+            .to_string_lossy()
+            .into_owned();
         let created = match format {
             Format::Mlyze => create_mlyze(&wanted),
             Format::Dumpalloc => create_dumpalloc(&wanted),
@@ -380,7 +385,6 @@ fn create_outputs(cfg: &Config, pid: u32) -> Vec<Output> {
                 continue;
             }
         };
-        let path = absolute(path);
         if let Some(m) = &cfg.manifest {
             append_manifest(m, &path);
         }
