@@ -171,6 +171,58 @@ impl Event {
     }
 }
 
+/// The reachability class of a block still allocated when the tracer scanned
+/// the process at exit, with valgrind memcheck's meanings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum LeakKind {
+    /// No pointer to the block (nor into it) anywhere: "definitely lost".
+    Definite,
+    /// Pointed to only from definitely lost blocks (directly or through other
+    /// indirect ones): "indirectly lost".
+    Indirect,
+    /// Reachable from the roots only through a pointer into its interior:
+    /// "possibly lost".
+    Possible,
+    /// Pointed to (at its start) from a root: a global, a thread's stack or
+    /// registers, thread-local storage, or another reachable block: "still
+    /// reachable".
+    Reachable,
+}
+
+impl LeakKind {
+    /// All kinds, in the order above (which is also their wire code 0..=3).
+    pub const ALL: [LeakKind; 4] = [
+        LeakKind::Definite,
+        LeakKind::Indirect,
+        LeakKind::Possible,
+        LeakKind::Reachable,
+    ];
+
+    /// The code formats store: 0 definite, 1 indirect, 2 possible, 3 reachable.
+    pub fn code(self) -> u8 {
+        self as u8
+    }
+
+    /// The kind of a stored code, `None` for codes above 3.
+    pub fn from_code(code: u64) -> Option<LeakKind> {
+        LeakKind::ALL.get(usize::try_from(code).ok()?).copied()
+    }
+
+    /// `definite`, `indirect`, `possible`, `reachable` (the interface's JSON words).
+    pub fn name(self) -> &'static str {
+        match self {
+            LeakKind::Definite => "definite",
+            LeakKind::Indirect => "indirect",
+            LeakKind::Possible => "possible",
+            LeakKind::Reachable => "reachable",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<LeakKind> {
+        LeakKind::ALL.into_iter().find(|k| k.name() == name)
+    }
+}
+
 /// One item of a trace stream.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Record {
@@ -187,6 +239,23 @@ pub enum Record {
     AddressSymbol {
         address: u64,
         symbol: Symbol,
+    },
+    /// The tracer scanned the process for reachability at `time_ns`
+    /// (nanoseconds since the Unix epoch), at this point of the stream. The
+    /// `BlockClass` records that follow classify the blocks live at this
+    /// point; events after it (allocations by other libraries' exit-time
+    /// destructors) happened after the scan. Written once, near the end of
+    /// the trace, before `finish`; a trace may hold none (older traces, or a
+    /// process that died before it could scan).
+    LeakScan {
+        time_ns: u64,
+    },
+    /// The reachability class of the block live at `address` when the
+    /// preceding `LeakScan` was taken. Blocks the scan did not classify are
+    /// simply not named.
+    BlockClass {
+        address: u64,
+        kind: LeakKind,
     },
 }
 

@@ -603,8 +603,14 @@ fn expected(input: &[Record]) -> Vec<Record> {
     let mut stacks: BTreeMap<u64, Vec<Frame>> = BTreeMap::new();
     let mut late = Vec::new();
     let mut events = Vec::new();
+    // Leak scan records, each with the number of events before it: they come
+    // back at the same place in the event stream.
+    let mut scan_records: Vec<(usize, Record)> = Vec::new();
     for r in input {
         match r {
+            Record::LeakScan { .. } | Record::BlockClass { .. } => {
+                scan_records.push((events.len(), r.clone()))
+            }
             Record::Process(p) => process = Some(p.clone()),
             Record::Info(p) => info.extend(p.iter().cloned()),
             Record::Object(o) => objects.push(Record::Object(o.clone())),
@@ -645,7 +651,11 @@ fn expected(input: &[Record]) -> Vec<Record> {
         _ => 0,
     };
     let mut seen: std::collections::HashSet<u64> = stacks.keys().copied().collect();
-    for mut e in events {
+    let mut scan_records = scan_records.into_iter().peekable();
+    for (i, mut e) in events.into_iter().enumerate() {
+        while let Some((_, r)) = scan_records.next_if(|(at, _)| *at <= i) {
+            out.push(r);
+        }
         let us = e.time_ns().unwrap() / 1000;
         last_us = last_us.max(us);
         let t = last_us * 1000;
@@ -669,6 +679,7 @@ fn expected(input: &[Record]) -> Vec<Record> {
         }
         out.push(Record::Event(e));
     }
+    out.extend(scan_records.map(|(_, r)| r));
     out
 }
 
@@ -768,6 +779,23 @@ fn event(stack_ids: Vec<u64>) -> impl Strategy<Value = Record> {
     ]
 }
 
+/// A leak scan and its block classes, and where among the events it goes.
+fn leak_scan() -> impl Strategy<Value = (prop::sample::Index, Vec<Record>)> {
+    (
+        any::<prop::sample::Index>(),
+        boundary_u64(),
+        prop::collection::vec((boundary_u64(), 0u64..4), 0..8),
+    )
+        .prop_map(|(at, time_ns, blocks)| {
+            let mut v = vec![Record::LeakScan { time_ns }];
+            v.extend(blocks.into_iter().map(|(address, k)| Record::BlockClass {
+                address,
+                kind: LeakKind::from_code(k).unwrap(),
+            }));
+            (at, v)
+        })
+}
+
 fn trace() -> impl Strategy<Value = Vec<Record>> {
     let process = prop::option::of(
         (
@@ -832,8 +860,13 @@ fn trace() -> impl Strategy<Value = Vec<Record>> {
             Just(head),
             prop::collection::vec(event(ids), 0..60),
             Just(late),
+            prop::option::of(leak_scan()),
         )
-            .prop_map(|(mut head, events, late)| {
+            .prop_map(|(mut head, mut events, late, scan)| {
+                if let Some((at, scan)) = scan {
+                    let at = at.index(events.len() + 1);
+                    events.splice(at..at, scan);
+                }
                 head.extend(events);
                 head.extend(late);
                 head

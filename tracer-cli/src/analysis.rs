@@ -46,7 +46,7 @@
 //! blocks of 2^64-1 bytes gives silly figures, never a crash.
 
 use format_writers::{
-    Event, Frame, Object, Process, Record, StackId, Symbol, Syscall, Thread, ThreadId,
+    Event, Frame, LeakKind, Object, Process, Record, StackId, Symbol, Syscall, Thread, ThreadId,
 };
 use rustc_hash::FxHashMap;
 
@@ -56,6 +56,10 @@ pub struct LiveBlock {
     pub size: u64,
     pub stack: StackId,
     pub thread: ThreadId,
+    /// The class the last leak scan gave the block (`None`: not classified).
+    pub class: Option<LeakKind>,
+    /// Allocated after a leak scan (by exit-time destructors, typically).
+    pub after_scan: bool,
 }
 
 /// Aggregates of one allocation stack ("site").
@@ -260,6 +264,10 @@ pub struct Analysis {
     pub first_time_ns: Option<u64>,
     pub last_time_ns: Option<u64>,
     pub first_undefined_stack: Option<UndefinedStack>,
+    /// Time of the last leak scan (`Record::LeakScan`), when the trace has one.
+    pub leak_scan_ns: Option<u64>,
+    /// `BlockClass` records naming an address not live at that point.
+    pub classes_without_block: u64,
     last_alloc: LastAlloc,
 }
 
@@ -293,6 +301,19 @@ impl Analysis {
             Record::AddressSymbol { address, symbol } => {
                 self.symbols.insert(address, symbol);
             }
+            Record::LeakScan { time_ns } => {
+                if self.leak_scan_ns.is_some() {
+                    // A later scan supersedes an earlier one's classes.
+                    for b in self.live.values_mut() {
+                        b.class = None;
+                    }
+                }
+                self.leak_scan_ns = Some(time_ns);
+            }
+            Record::BlockClass { address, kind } => match self.live.get_mut(&address) {
+                Some(b) if address != 0 && self.leak_scan_ns.is_some() => b.class = Some(kind),
+                _ => self.classes_without_block += 1,
+            },
             Record::Event(e) => {
                 self.records -= 1;
                 self.event(&e)
@@ -325,6 +346,8 @@ impl Analysis {
                     size: a.size,
                     stack: a.stack,
                     thread: a.thread,
+                    class: None,
+                    after_scan: self.leak_scan_ns.is_some(),
                 };
                 let key = if a.address != 0 {
                     a.address

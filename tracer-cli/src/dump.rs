@@ -97,6 +97,10 @@ pub fn line(r: &Record) -> String {
             };
             format!("symbol {}", frame_text(&f))
         }
+        Record::LeakScan { time_ns } => {
+            format!("{} leak scan", clock::time_of_day_ns(*time_ns))
+        }
+        Record::BlockClass { address, kind } => format!("class {address:#x} {}", kind.name()),
         Record::Event(e) => match e {
             Event::Alloc(a) => format!(
                 "{} [{}] alloc {:#x} {} B stack {}",

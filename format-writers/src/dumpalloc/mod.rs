@@ -22,7 +22,7 @@
 //!   thread of `ALOC`, time and thread of `DALC`, load address and size of
 //!   `OBJE`, start time and command line of `PROC`);
 //! * record types the document lacks (`THRD`, `MARK`, `GCOL`, `ASYM`, `INFO`,
-//!   `SYSC`) and
+//!   `SYSC`, `LSCN`, `BCLS`) and
 //!   one frame subtype (`NSYM`: the symbol of the `NTVE` frame just before it).
 //!
 //! The document has no stack references: each `ALOC` repeats its frames. The
@@ -53,6 +53,11 @@ pub const GCOL: [u8; 4] = *b"GCOL";
 pub const ASYM: [u8; 4] = *b"ASYM";
 pub const INFO: [u8; 4] = *b"INFO";
 pub const SYSC: [u8; 4] = *b"SYSC";
+/// The reachability scan at exit (timestamp), then one `BCLS` per classified block.
+pub const LSCN: [u8; 4] = *b"LSCN";
+/// A block's reachability class: address `u64`, kind `u8` (0 definite,
+/// 1 indirect, 2 possible, 3 reachable).
+pub const BCLS: [u8; 4] = *b"BCLS";
 
 /// Argument kinds inside a `SYSC` record (one byte each, then a `u32` payload
 /// length, then the payload).
@@ -88,7 +93,7 @@ pub const NSYM: [u8; 4] = *b"NSYM";
 pub const MAX_RECORD_LEN: u32 = 16 << 20;
 
 /// Largest length accepted for a known record made of fixed-width fields only
-/// (`ALOC`, `DALC`, `GCOL`): room for future trailing fields, small enough that
+/// (`ALOC`, `DALC`, `GCOL`, `LSCN`, `BCLS`): room for future trailing fields, small enough that
 /// a corrupt length is reported where it is rather than at the end of the file.
 pub const MAX_FIXED_RECORD_LEN: u32 = 4096;
 
@@ -98,7 +103,7 @@ const NS_PER_SEC: u64 = 1_000_000_000;
 /// The record types this codec decodes, with the length cap of each.
 fn known_record(code: &[u8; 4]) -> Option<u32> {
     match code {
-        &ALOC | &DALC | &GCOL => Some(MAX_FIXED_RECORD_LEN),
+        &ALOC | &DALC | &GCOL | &LSCN | &BCLS => Some(MAX_FIXED_RECORD_LEN),
         &PROC | &OBJE | &FRAM | &THRD | &MARK | &ASYM | &INFO | &SYSC => Some(MAX_RECORD_LEN),
         _ => None,
     }

@@ -19,8 +19,8 @@ use super::*;
 use crate::bytes::ByteSource;
 use crate::error::{FormatError, Result};
 use crate::model::{
-    Alloc, Event, Frame, Free, Gc, Marker, Object, Process, Record, Stack, StackId, Symbol,
-    Syscall, SyscallArg, Thread,
+    Alloc, Event, Frame, Free, Gc, LeakKind, Marker, Object, Process, Record, Stack, StackId,
+    Symbol, Syscall, SyscallArg, Thread,
 };
 
 /// Streaming dumpalloc reader: an iterator of model records.
@@ -204,6 +204,23 @@ impl<R: Read> Reader<R> {
                 SYSC => {
                     body!(|c: &mut Cursor| c.syscall().map(|s| Record::Event(Event::Syscall(s))))?
                 }
+                LSCN => body!(|c: &mut Cursor| {
+                    let time_ns = c.time("the time of the leak scan")?;
+                    Ok(Record::LeakScan { time_ns })
+                })?,
+                BCLS => body!(|c: &mut Cursor| {
+                    let address = c.u64("the classified block's address")?;
+                    let at = c.at();
+                    let code = c.array::<1>("the block's leak kind")?[0];
+                    let kind = LeakKind::from_code(code.into()).ok_or_else(|| {
+                        FormatError::invalid(
+                            at,
+                            "a leak kind 0 (definite), 1 (indirect), 2 (possible) or 3 (reachable)",
+                            code.to_string(),
+                        )
+                    })?;
+                    Ok(Record::BlockClass { address, kind })
+                })?,
                 _ => unreachable!("known_record lists exactly the codes matched above"),
             };
             return Ok(Some(record));

@@ -137,6 +137,17 @@ impl<W: Write> Writer<W> {
                 put_u32(buf, symbol.line);
                 end(buf, at, MAX_RECORD_LEN)?;
             }
+            Record::LeakScan { time_ns } => {
+                buf.extend_from_slice(&LSCN);
+                put_u32(buf, 12);
+                put_time(buf, *time_ns);
+            }
+            Record::BlockClass { address, kind } => {
+                buf.extend_from_slice(&BCLS);
+                put_u32(buf, 8 + 1);
+                put_u64(buf, *address);
+                buf.push(kind.code());
+            }
         }
         if self.buf.len() >= FLUSH_AT {
             self.drain()?;

@@ -23,7 +23,8 @@
 //! carries, so the writer adds one extra top-level key, `"libtracer"`, that a
 //! reader knowing only the document ignores: frame addresses, the process,
 //! loaded objects, thread names, the map from the 16-bit thread slots of events
-//! to OS thread ids, late symbol resolutions, host info and marker threads.
+//! to OS thread ids, late symbol resolutions, host info, marker threads and
+//! the reachability classes of the leak scan at exit (`leak_scans`).
 //! `docs/formats/mlyze.md` lists every such decision and its reason.
 //!
 //! Because the metadata precedes the events but is complete only at the end of a

@@ -3,7 +3,8 @@
 //! The metadata is held in memory (it is what the events refer to); events are
 //! decoded straight out of the input buffer, one per `next`, without allocating.
 //! Records come out in model order: the process, info, objects, threads, the
-//! stacks of the metadata, late symbol resolutions, then the events.
+//! stacks of the metadata, late symbol resolutions, then the events, with each
+//! leak scan (and its block classes) placed before the event it preceded.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::io::Read;
@@ -61,6 +62,16 @@ struct Ext {
     #[serde(default)]
     #[allow(dead_code)]
     dropped_syscalls: u64,
+    #[serde(default)]
+    leak_scans: Vec<LeakScanJson>,
+}
+
+#[derive(Deserialize)]
+struct LeakScanJson {
+    event_seq: u64,
+    time_ns: u64,
+    /// `[address, kind code]`.
+    blocks: Vec<(u64, u64)>,
 }
 
 #[derive(Deserialize)]
@@ -269,6 +280,13 @@ pub struct Reader<R> {
     ctx: Option<EventCtx>,
     /// Set when the input is a spool rather than a finished file.
     spool: Option<Box<SpoolIn>>,
+    /// Leak scans of the metadata not yet reached in the event stream, each
+    /// with the number of events before it and its records.
+    scans: VecDeque<(u64, Vec<Record>)>,
+    /// Records of a scan being yielded.
+    scan_out: std::vec::IntoIter<Record>,
+    /// Event sequence number of the next scan (`u64::MAX`: none).
+    next_scan_seq: u64,
 }
 
 /// Reading position inside a spool (see `spool.rs` for its layout).
@@ -297,6 +315,9 @@ impl<R: Read> Reader<R> {
             held: None,
             ctx: None,
             spool: None,
+            scans: VecDeque::new(),
+            scan_out: Vec::new().into_iter(),
+            next_scan_seq: u64::MAX,
         }
     }
 
@@ -369,7 +390,32 @@ impl<R: Read> Reader<R> {
         let mut slot_changes = Vec::new();
         let mut marker_threads = Vec::new();
         let mut late = Vec::new();
+        let mut scans = VecDeque::new();
         if let Some(e) = ext {
+            let mut last_seq = 0;
+            for (k, scan) in e.leak_scans.into_iter().enumerate() {
+                if scan.event_seq < last_seq {
+                    return Err(bad(
+                        "libtracer.leak_scans in event order".into(),
+                        format!("leak_scans[{k}] earlier than its predecessor"),
+                    ));
+                }
+                last_seq = scan.event_seq;
+                let mut out = Vec::with_capacity(scan.blocks.len() + 1);
+                out.push(Record::LeakScan {
+                    time_ns: scan.time_ns,
+                });
+                for (n, (address, code)) in scan.blocks.into_iter().enumerate() {
+                    let kind = LeakKind::from_code(code).ok_or_else(|| {
+                        bad(
+                            format!("libtracer.leak_scans[{k}].blocks[{n}] with a leak kind 0..=3"),
+                            code.to_string(),
+                        )
+                    })?;
+                    out.push(Record::BlockClass { address, kind });
+                }
+                scans.push_back((scan.event_seq, out));
+            }
             if !e.info.is_empty() {
                 records.push(Record::Info(e.info));
             }
@@ -467,7 +513,18 @@ impl<R: Read> Reader<R> {
         }
         self.ctx = Some(ctx);
         self.records = records.into_iter();
+        self.next_scan_seq = scans.front().map_or(u64::MAX, |s| s.0);
+        self.scans = scans;
         Ok(())
+    }
+
+    /// Starts yielding the next leak scan's records.
+    #[cold]
+    fn release_scan(&mut self) -> Option<Record> {
+        let (_, records) = self.scans.pop_front()?;
+        self.next_scan_seq = self.scans.front().map_or(u64::MAX, |s| s.0);
+        self.scan_out = records.into_iter();
+        self.scan_out.next()
     }
 
     /// Reads one event across a buffer boundary: gathers its bytes by structure,
@@ -522,13 +579,24 @@ impl<R: Read> Reader<R> {
         if let Some(r) = self.held.take() {
             return Some(Ok(r));
         }
+        if let Some(r) = self.scan_out.next() {
+            return Some(Ok(r));
+        }
         if self.spool.is_some() {
             return self.next_spooled();
+        }
+        if self
+            .ctx
+            .as_ref()
+            .is_some_and(|c| c.seq >= self.next_scan_seq)
+        {
+            return self.release_scan().map(Ok);
         }
         let start = self.src.offset();
         let raw = match self.src.peek_buf() {
             Err(e) => return Some(Err(e)),
-            Ok([]) => return None,
+            // Scans placed after the last event come at the end.
+            Ok([]) => return self.release_scan().map(Ok),
             Ok(buf) => match decode_event(buf) {
                 Ok((ev, n)) => {
                     self.src.consume(n);

@@ -29,12 +29,16 @@
 //! | 11 | thread slot | event sequence number, slot, tid `v` |
 //! | 12 | marker thread | tid `v` (one per MARKER, in order) |
 //! | 13 | dropped syscalls | running total `v` |
+//! | 14 | leak scan | events written before it `v`, time ns `v` |
+//! | 15 | block class | address `v`, kind `v` (0 definite, 1 indirect, 2 possible, 3 reachable), for the last leak scan |
 //!
 //! Function and file ids are logged in the order they are assigned, so replaying
 //! the log rebuilds the writer's tables exactly, and the ids baked into the event
 //! bytes (stack ids, marker names, thread slots) keep their meaning. A flush
 //! writes the log chunk before the events chunk that may depend on it. A process
 //! killed in the middle of a write leaves a torn last chunk, which recovery drops.
+//! The writer flushes everything pending before it logs a leak scan, so the
+//! scan's entries start a log chunk that follows every event written before it.
 
 use std::collections::VecDeque;
 use std::fs::{File, OpenOptions};
@@ -43,10 +47,10 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use super::header;
-use super::writer::{copy_ranges, FrameRef, Tables};
+use super::writer::{copy_ranges, FrameRef, LeakScan, Tables};
 use crate::bytes::{put_varint, ByteSource};
 use crate::error::{FormatError, Result};
-use crate::model::{Frame, Object, Process, Record, Stack, Symbol, Thread};
+use crate::model::{Frame, LeakKind, Object, Process, Record, Stack, Symbol, Thread};
 use crate::output;
 
 pub const SPOOL_MAGIC: &[u8; 4] = b"MTRS";
@@ -73,6 +77,8 @@ pub(super) mod entry {
     pub const THREAD_SLOT: u8 = 11;
     pub const MARKER_THREAD: u8 = 12;
     pub const DROPPED: u8 = 13;
+    pub const LEAK_SCAN: u8 = 14;
+    pub const BLOCK_CLASS: u8 = 15;
 
     fn put_str(log: &mut Vec<u8>, s: &str) {
         put_varint(log, s.len() as u64);
@@ -163,6 +169,18 @@ pub(super) mod entry {
     pub fn put_dropped(log: &mut Vec<u8>, total: u64) {
         log.push(DROPPED);
         put_varint(log, total);
+    }
+
+    pub fn put_leak_scan(log: &mut Vec<u8>, event_seq: u64, time_ns: u64) {
+        log.push(LEAK_SCAN);
+        put_varint(log, event_seq);
+        put_varint(log, time_ns);
+    }
+
+    pub fn put_block_class(log: &mut Vec<u8>, address: u64, kind: LeakKind) {
+        log.push(BLOCK_CLASS);
+        put_varint(log, address);
+        put_varint(log, kind.code().into());
     }
 }
 
@@ -498,10 +516,41 @@ pub(super) fn replay(
                 t.marker_threads.push(tid);
             }
             entry::DROPPED => t.dropped_syscalls = cur.varint("dropped syscall count")?,
+            entry::LEAK_SCAN => {
+                let event_seq = cur.varint("event sequence number of the leak scan")?;
+                let time_ns = cur.varint("leak scan time")?;
+                if let Some(out) = emit.as_deref_mut() {
+                    out.push_back(Record::LeakScan { time_ns });
+                }
+                t.leak_scans.push(LeakScan {
+                    event_seq,
+                    time_ns,
+                    blocks: Vec::new(),
+                });
+            }
+            entry::BLOCK_CLASS => {
+                let address = cur.varint("classified block address")?;
+                let k_at = cur.at();
+                let code = cur.varint("leak kind")?;
+                let kind = LeakKind::from_code(code).ok_or_else(|| {
+                    FormatError::invalid(k_at, "a leak kind 0..=3", code.to_string())
+                })?;
+                let Some(scan) = t.leak_scans.last_mut() else {
+                    return Err(FormatError::invalid(
+                        at,
+                        "a leak scan entry before the first block class entry",
+                        "a block class entry",
+                    ));
+                };
+                scan.blocks.push((address, kind));
+                if let Some(out) = emit.as_deref_mut() {
+                    out.push_back(Record::BlockClass { address, kind });
+                }
+            }
             other => {
                 return Err(FormatError::invalid(
                     at,
-                    "a spool log entry tag 1..=13",
+                    "a spool log entry tag 1..=15",
                     format!("tag {other}"),
                 ))
             }

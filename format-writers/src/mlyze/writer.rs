@@ -13,7 +13,9 @@ use std::path::{Path, PathBuf};
 use super::spool::{self, entry};
 use super::{header, ALLOC, FREE, GC, MARKER, SLOTS};
 use crate::bytes::put_varint;
-use crate::model::{Event, Frame, Object, Process, Record, StackId, Symbol, Thread, ThreadId};
+use crate::model::{
+    Event, Frame, LeakKind, Object, Process, Record, StackId, Symbol, Thread, ThreadId,
+};
 use crate::{output, TraceWriter};
 
 /// Function name of the entry unresolved frames point at.
@@ -29,6 +31,16 @@ pub(super) struct FrameRef {
     pub func: u32,
     pub file: u32,
     pub line: u32,
+}
+
+/// One reachability scan: where it sits in the event stream and what it found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct LeakScan {
+    /// Number of events written before the scan.
+    pub event_seq: u64,
+    pub time_ns: u64,
+    /// `(address, kind)` of every block classified, in the order given.
+    pub blocks: Vec<(u64, LeakKind)>,
 }
 
 /// Everything the metadata section is made of, collected during the run.
@@ -54,6 +66,8 @@ pub(super) struct Tables {
     pub thread_slots: Vec<(u64, u16, u32)>,
     pub marker_threads: Vec<u32>,
     pub dropped_syscalls: u64,
+    /// Reachability scans (`Record::LeakScan` and the `BlockClass`es after it).
+    pub leak_scans: Vec<LeakScan>,
     /// Spool entries not yet written (only when spooling).
     pub log: Option<Vec<u8>>,
 }
@@ -265,7 +279,26 @@ impl Tables {
             sep(&mut j, k);
             let _ = write!(j, "{tid}");
         }
-        let _ = write!(j, "],\"dropped_syscalls\":{}}}}}", self.dropped_syscalls);
+        let _ = write!(j, "],\"dropped_syscalls\":{}", self.dropped_syscalls);
+        // Only written when a scan exists, so traces without one keep their bytes.
+        if !self.leak_scans.is_empty() {
+            j.extend_from_slice(b",\"leak_scans\":[");
+            for (k, scan) in self.leak_scans.iter().enumerate() {
+                sep(&mut j, k);
+                let _ = write!(
+                    j,
+                    "{{\"event_seq\":{},\"time_ns\":{},\"blocks\":[",
+                    scan.event_seq, scan.time_ns
+                );
+                for (n, (addr, kind)) in scan.blocks.iter().enumerate() {
+                    sep(&mut j, n);
+                    let _ = write!(j, "[{addr},{}]", kind.code());
+                }
+                j.extend_from_slice(b"]}");
+            }
+            j.push(b']');
+        }
+        j.extend_from_slice(b"}}");
         j
     }
 }
@@ -522,6 +555,32 @@ impl<W: Write> Writer<W> {
                     entry::put_address_symbol(log, *address, func, file, line);
                 }
                 t.address_symbols.push((*address, func, file, line));
+            }
+            Record::LeakScan { time_ns } => {
+                // Everything before the scan goes to the spool first, so a
+                // spool read as it stands yields the scan after those events.
+                self.spill()?;
+                let t = &mut self.t;
+                if let Some(log) = &mut t.log {
+                    entry::put_leak_scan(log, self.seq, *time_ns);
+                }
+                t.leak_scans.push(LeakScan {
+                    event_seq: self.seq,
+                    time_ns: *time_ns,
+                    blocks: Vec::new(),
+                });
+            }
+            Record::BlockClass { address, kind } => {
+                let Some(scan) = t.leak_scans.last_mut() else {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        "mlyze: a BlockClass record before any LeakScan record",
+                    ));
+                };
+                if let Some(log) = &mut t.log {
+                    entry::put_block_class(log, *address, *kind);
+                }
+                scan.blocks.push((*address, *kind));
             }
         }
         if self.t.log.as_ref().is_some_and(|l| l.len() >= SPILL_AT) {
