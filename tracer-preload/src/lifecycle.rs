@@ -186,7 +186,7 @@ fn send(msg: Msg) -> bool {
                 } else if spins < 256 {
                     std::thread::yield_now();
                 } else {
-                    std::thread::sleep(Duration::from_micros(50));
+                    sys::sleep_us(50);
                 }
             }
         }
@@ -662,7 +662,7 @@ fn stop_writer(print: bool) -> Option<Receiver<Msg>> {
     let begun = Instant::now();
     let mut last = (ctl.progress.load(Ordering::Relaxed), Instant::now());
     while !ctl.done.load(Ordering::SeqCst) {
-        std::thread::sleep(Duration::from_millis(1));
+        sys::sleep_us(1000);
         let p = ctl.progress.load(Ordering::Relaxed);
         if p != last.0 {
             last = (p, Instant::now());
@@ -706,7 +706,7 @@ fn request_flush(ctl: &Control, limit: Duration) {
     writer::wake();
     let begun = Instant::now();
     while ctl.flush_done.load(Ordering::SeqCst) < ticket && begun.elapsed() < limit {
-        std::thread::sleep(Duration::from_micros(200));
+        sys::sleep_us(200);
     }
 }
 

@@ -94,7 +94,7 @@ static IN_LOADER: AtomicBool = AtomicBool::new(false);
 pub fn loader_section<R>(f: impl FnOnce() -> R) -> R {
     loop {
         while FORKING.load(Ordering::SeqCst) != 0 {
-            std::thread::sleep(Duration::from_micros(100));
+            crate::sys::sleep_us(100);
         }
         IN_LOADER.store(true, Ordering::SeqCst);
         if FORKING.load(Ordering::SeqCst) == 0 {
@@ -113,7 +113,7 @@ pub fn fork_prepare() {
     FORKING.fetch_add(1, Ordering::SeqCst);
     let mut waited = 0;
     while IN_LOADER.load(Ordering::SeqCst) && waited < 20_000 {
-        std::thread::sleep(Duration::from_micros(100));
+        crate::sys::sleep_us(100);
         waited += 1;
     }
 }

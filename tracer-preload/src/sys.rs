@@ -54,6 +54,25 @@ pub fn now_ns() -> u64 {
         .wrapping_add(ts.tv_nsec as u64)
 }
 
+/// Sleeps with the raw system call: unlike libc's `nanosleep` it is not a
+/// thread-cancellation point, so a program's `pthread_cancel` can never start
+/// unwinding a thread while it is inside one of our hooks (our frames cannot be
+/// unwound through: the library is built to abort on unwinding).
+pub fn sleep_us(us: u64) {
+    let ts = libc::timespec {
+        tv_sec: (us / 1_000_000) as libc::time_t,
+        tv_nsec: ((us % 1_000_000) * 1000) as libc::c_long,
+    };
+    // SAFETY: `ts` is a valid timespec; the remaining-time pointer may be null.
+    unsafe {
+        libc::syscall(
+            libc::SYS_nanosleep,
+            &ts as *const libc::timespec,
+            core::ptr::null_mut::<libc::timespec>(),
+        )
+    };
+}
+
 /// Writes all of `bytes` to a descriptor with raw `write`, retrying on EINTR
 /// and short writes; used for stderr messages and the manifest.
 pub fn write_all_fd(fd: c_int, mut bytes: &[u8]) -> bool {
