@@ -225,6 +225,8 @@ impl Aggregate {
                 self.symbols.insert(*address, symbol.clone());
             }
             Record::Event(e) => self.event(e),
+            // Reachability classes do not change the aggregates.
+            Record::LeakScan { .. } | Record::BlockClass { .. } => {}
         }
     }
 
