@@ -73,6 +73,38 @@ pub fn sleep_us(us: u64) {
     };
 }
 
+/// Waits while `word` holds `expected`, at most `max` (or until woken).
+pub fn futex_wait(word: &core::sync::atomic::AtomicU32, expected: u32, max: std::time::Duration) {
+    let ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: max.as_nanos().min(999_999_999) as libc::c_long,
+    };
+    // SAFETY: futex wait on a live atomic word with a valid timeout; it returns
+    // at once if the word no longer holds `expected`.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+            expected,
+            &ts as *const libc::timespec,
+        );
+    }
+}
+
+/// Wakes one waiter of `futex_wait` on `word`.
+pub fn futex_wake(word: &core::sync::atomic::AtomicU32) {
+    // SAFETY: futex wake on a live atomic word.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+            1,
+        )
+    };
+}
+
 /// Writes all of `bytes` to a descriptor with raw `write`, retrying on EINTR
 /// and short writes; used for stderr messages and the manifest.
 pub fn write_all_fd(fd: c_int, mut bytes: &[u8]) -> bool {

@@ -21,7 +21,7 @@ use format_writers::{
 };
 
 use crate::intern::{Interned, StackTable, NO_STACK};
-use crate::{fds, objects, tls};
+use crate::{fds, objects, sys, tls};
 
 /// One message from a hook to the writer. Kept small (48 bytes) because the
 /// channel preallocates a slot per message.
@@ -211,21 +211,7 @@ static SLEEPING: AtomicU32 = AtomicU32::new(0);
 fn sleep_until_woken(rx: &Receiver<Msg>, max: Duration) {
     SLEEPING.store(1, Ordering::SeqCst);
     if rx.is_empty() {
-        let ts = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: max.as_nanos().min(999_999_999) as libc::c_long,
-        };
-        // SAFETY: futex wait on a live static word with a valid timeout; it
-        // returns at once if the word is no longer 1.
-        unsafe {
-            libc::syscall(
-                libc::SYS_futex,
-                SLEEPING.as_ptr(),
-                libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
-                1u32,
-                &ts as *const libc::timespec,
-            );
-        }
+        sys::futex_wait(&SLEEPING, 1, max);
     }
     SLEEPING.store(0, Ordering::SeqCst);
 }
@@ -234,15 +220,7 @@ fn sleep_until_woken(rx: &Receiver<Msg>, max: Duration) {
 /// make it notice a stop request at once).
 pub fn wake() {
     if SLEEPING.swap(0, Ordering::SeqCst) == 1 {
-        // SAFETY: futex wake on a live static word.
-        unsafe {
-            libc::syscall(
-                libc::SYS_futex,
-                SLEEPING.as_ptr(),
-                libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
-                1,
-            );
-        }
+        sys::futex_wake(&SLEEPING);
     }
 }
 
