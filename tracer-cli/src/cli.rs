@@ -8,7 +8,6 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use format_writers::Format;
 
 use crate::failure::{self, Failure};
 
@@ -19,7 +18,8 @@ use crate::failure::{self, Failure};
     about = "Record, report on and convert heap and syscall traces of libtracer",
     long_about = "Record, report on and convert heap and syscall traces of libtracer.\n\n\
         Every verb detects the input format (dumpalloc, mlyze, syscall TLV) from the \
-        file's magic bytes, never from its name.\n\n\
+        file's magic bytes, never from its name; report, convert and flamegraph also read \
+        MALT JSON profiles.\n\n\
         Exit status: 0 success; 1 bad usage or bad input (one line on stderr naming \
         the file, the byte offset and what was expected); 23 leaks found with --fail \
         or --fail-on-leak; `tracer run` otherwise exits with the program's own status."
@@ -70,10 +70,14 @@ pub enum Verb {
         summary, or 1 with the byte offset and what was expected."
     )]
     Validate(FileArg),
-    /// Convert a trace to another format
+    /// Convert a trace to another format or to a MALT, callgrind or folded-stacks profile
     #[command(
         long_about = "Convert a trace to another format: decode with the input's reader, encode \
-        with the target's writer.\n\n\
+        with the target's writer. Targets: the trace formats dumpalloc, mlyze, tlv; the \
+        profiles malt (MALT's JSON, for its web viewer), callgrind (KCachegrind, \
+        callgrind_annotate) and folded (collapsed stacks of one --metric: bytes, allocations, \
+        leaked, peak). Profiles name frames from the binaries' debug info when they are \
+        present, else from the trace's own symbols. The input may be a MALT profile.\n\n\
         OUT is created exclusively with mode 0600 and never through a symbolic link; if OUT \
         exists the command fails rather than overwrite it. A partial OUT is removed when the \
         input turns out to be corrupt. The mlyze writer spools events to OUT.spool while it \
@@ -81,6 +85,8 @@ pub enum Verb {
         then printed)."
     )]
     Convert(ConvertArgs),
+    /// An SVG flame graph (or folded stacks) of a trace's allocation stacks
+    Flamegraph(crate::flamegraph::Args),
     /// Turn the spool a killed process left (FILE.mlyze.spool) into FILE.mlyze
     #[command(
         long_about = "Turn the spool a killed process left (FILE.mlyze.spool) into the mlyze \
@@ -132,16 +138,9 @@ pub enum TargetFormat {
     Dumpalloc,
     Mlyze,
     Tlv,
-}
-
-impl From<TargetFormat> for Format {
-    fn from(t: TargetFormat) -> Format {
-        match t {
-            TargetFormat::Dumpalloc => Format::Dumpalloc,
-            TargetFormat::Mlyze => Format::Mlyze,
-            TargetFormat::Tlv => Format::Tlv,
-        }
-    }
+    Malt,
+    Callgrind,
+    Folded,
 }
 
 #[derive(Debug, Args)]
@@ -154,6 +153,9 @@ pub struct ConvertArgs {
     /// The output file: created exclusively, never overwritten
     #[arg(short = 'o', long = "output", value_name = "OUT")]
     pub output: PathBuf,
+    /// For --to folded: bytes (default), allocations, leaked, peak
+    #[arg(long, value_name = "M")]
+    pub metric: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -243,7 +245,11 @@ fn execute(verb: Verb) -> Result<i32, Failure> {
         }
         Verb::Dump(a) => crate::dump::execute(&a.file, &mut out)?,
         Verb::Validate(a) => crate::validate::execute(&a.file, &mut out)?,
-        Verb::Convert(a) => crate::convert::execute(&a.input, a.to.into(), &a.output)?,
+        Verb::Convert(a) => {
+            let to = crate::convert::Target::from_cli(a.to, a.metric.as_deref())?;
+            crate::convert::execute(&a.input, &to, &a.output)?
+        }
+        Verb::Flamegraph(a) => crate::flamegraph::execute(&a)?,
         Verb::Recover(a) => crate::convert::recover(&a.file)?,
         Verb::Run(a) => {
             let opts = crate::run::Options {

@@ -1,6 +1,16 @@
 //! `tracer convert`: decode with the input's reader, encode with the target
 //! format's [`TraceWriter`]. No format talks to another directly.
 //!
+//! Targets are the trace formats (dumpalloc, mlyze, tlv), which keep every
+//! record, and the *aggregate* profiles (MALT JSON, callgrind, folded stacks,
+//! SVG flame graphs for `tracer flamegraph`), whose writers sum the run up at
+//! `finish`. Frames of the aggregate profiles are named by
+//! [`crate::resolve::FrameNames`] (the symbolizer on the trace's binaries,
+//! then the trace's own symbols); a MALT input is named by its own profile
+//! (MALT symbolized it where it ran, and its addresses need not match any
+//! binary here). Inputs are any trace or a MALT profile
+//! ([`crate::input::Trace`]).
+//!
 //! The output is created exclusively (`O_EXCL`, mode 0600, never through a
 //! symbolic link) and an existing file is never overwritten: the command fails
 //! and names it. Unlike the preload library, which picks `name.1.ext` when a
@@ -19,10 +29,62 @@
 use std::io::{BufWriter, ErrorKind};
 use std::path::{Path, PathBuf};
 
-use format_writers::{dumpalloc, mlyze, output, tlv, Format, TraceWriter};
+use format_writers::folded::Metric;
+use format_writers::{callgrind, dumpalloc, folded, malt, mlyze, output, tlv, Format, TraceWriter};
 
 use crate::failure::Failure;
-use crate::input::Trace;
+use crate::input::{InputFormat, Trace};
+use crate::resolve::FrameNames;
+
+/// What `convert` (or `flamegraph`) writes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// A trace format: every record.
+    Trace(Format),
+    /// A MALT JSON profile.
+    Malt,
+    /// A callgrind profile.
+    Callgrind,
+    /// Folded stacks of one metric.
+    Folded(Metric),
+    /// An SVG flame graph of one metric, with a title (empty: the metric's).
+    FlameGraph { metric: Metric, title: String },
+}
+
+impl Target {
+    /// The target named by `--to`, with `--metric` (folded stacks only).
+    pub fn from_cli(to: crate::cli::TargetFormat, metric: Option<&str>) -> Result<Target, Failure> {
+        use crate::cli::TargetFormat as T;
+        let target = match to {
+            T::Dumpalloc => Target::Trace(Format::Dumpalloc),
+            T::Mlyze => Target::Trace(Format::Mlyze),
+            T::Tlv => Target::Trace(Format::Tlv),
+            T::Malt => Target::Malt,
+            T::Callgrind => Target::Callgrind,
+            T::Folded => Target::Folded(parse_metric(metric.unwrap_or("bytes"))?),
+        };
+        if metric.is_some() && !matches!(target, Target::Folded(_)) {
+            return Err(Failure::Message(
+                "--metric applies to --to folded only (callgrind profiles carry every metric)"
+                    .into(),
+            ));
+        }
+        Ok(target)
+    }
+
+    fn is_aggregate(&self) -> bool {
+        !matches!(self, Target::Trace(_))
+    }
+}
+
+/// A `--metric` value, or the one-line error naming the accepted ones.
+pub fn parse_metric(name: &str) -> Result<Metric, Failure> {
+    Metric::from_name(name).ok_or_else(|| {
+        Failure::Message(format!(
+            "unknown metric {name:?}: expected bytes, allocations, leaked or peak"
+        ))
+    })
+}
 
 fn exists_failure(path: &Path) -> Failure {
     Failure::Message(format!(
@@ -46,9 +108,10 @@ pub fn mlyze_name(path: &Path) -> PathBuf {
 /// clean up on failure.
 type Opened = (Box<dyn TraceWriter>, PathBuf, Option<PathBuf>);
 
-/// The writer for `to` writing to (about) `path`.
-fn open_writer(to: Format, path: &Path) -> Result<Opened, Failure> {
-    if to == Format::Mlyze {
+/// The writer for `to` writing to (about) `path`; aggregate writers name
+/// frames through `names` when given.
+fn open_writer(to: &Target, path: &Path, names: Option<&FrameNames>) -> Result<Opened, Failure> {
+    if *to == Target::Trace(Format::Mlyze) {
         let wanted = mlyze_name(path);
         if std::fs::symlink_metadata(&wanted).is_ok() {
             return Err(exists_failure(&wanted));
@@ -72,20 +135,55 @@ fn open_writer(to: Format, path: &Path) -> Result<Opened, Failure> {
         _ => Failure::io(path, e),
     })?;
     let out = BufWriter::with_capacity(1 << 16, file);
+    let resolver = || names.map(FrameNames::resolver);
     let w: Box<dyn TraceWriter> = match to {
-        Format::Dumpalloc => Box::new(dumpalloc::Writer::new(out)),
-        Format::Tlv => Box::new(tlv::Writer::new(out)),
-        Format::Mlyze => unreachable!("handled above"),
+        Target::Trace(Format::Dumpalloc) => Box::new(dumpalloc::Writer::new(out)),
+        Target::Trace(Format::Tlv) => Box::new(tlv::Writer::new(out)),
+        Target::Trace(Format::Mlyze) => unreachable!("handled above"),
+        Target::Malt => {
+            let w = malt::Writer::new(out);
+            Box::new(match resolver() {
+                Some(r) => w.with_resolver(r),
+                None => w,
+            })
+        }
+        Target::Callgrind => {
+            let w = callgrind::Writer::new(out);
+            Box::new(match resolver() {
+                Some(r) => w.with_resolver(r),
+                None => w,
+            })
+        }
+        Target::Folded(metric) => {
+            let w = folded::Writer::new(out, *metric);
+            Box::new(match resolver() {
+                Some(r) => w.with_resolver(r),
+                None => w,
+            })
+        }
+        Target::FlameGraph { metric, title } => {
+            let w = folded::Writer::svg(out, *metric, title);
+            Box::new(match resolver() {
+                Some(r) => w.with_resolver(r),
+                None => w,
+            })
+        }
     };
     Ok((w, path.to_path_buf(), None))
 }
 
-/// Runs the verb.
-pub fn execute(input: &Path, to: Format, output_path: &Path) -> Result<i32, Failure> {
+/// Runs the verb (and `tracer flamegraph`).
+pub fn execute(input: &Path, to: &Target, output_path: &Path) -> Result<i32, Failure> {
     let mut trace = Trace::open(input)?;
-    let (mut writer, written, spool) = open_writer(to, output_path)?;
+    let names = (to.is_aggregate() && trace.format != InputFormat::Malt).then(FrameNames::new);
+    let (mut writer, written, spool) = open_writer(to, output_path, names.as_ref())?;
     let mut copy = || -> Result<(), Failure> {
-        while let Some(r) = trace.next_record()? {
+        while let Some(mut r) = trace.next_record()? {
+            if let Some(n) = &names {
+                if !n.pass(&mut r) {
+                    continue;
+                }
+            }
             writer.write(&r).map_err(|e| Failure::io(&written, e))?;
         }
         Ok(())

@@ -20,6 +20,8 @@
 //! | [`dump`] | `tracer dump` |
 //! | [`validate`] | `tracer validate` |
 //! | [`convert`] | `tracer convert`, `tracer recover` |
+//! | [`flamegraph`] | `tracer flamegraph` |
+//! | [`resolve`] | frame names for the profiles: symbolizer, then the trace's symbols |
 //! | [`run`] | `tracer run` |
 
 pub mod analysis;
@@ -28,10 +30,12 @@ pub mod clock;
 pub mod convert;
 pub mod dump;
 pub mod failure;
+pub mod flamegraph;
 pub mod input;
 pub mod leaks;
 pub mod out;
 pub mod report;
+pub mod resolve;
 pub mod run;
 pub mod strace;
 pub mod suppressions;
