@@ -471,6 +471,22 @@ fn corrupt_input_leaves_no_profile_behind() {
     let o = tracer(&[OsStr::new("report"), half.as_os_str()]);
     let err = assert_one_line_failure(&o, "half MALT");
     assert!(err.contains(": byte "), "{err}");
+    // JSON that is not a MALT profile: the expected magic names MALT too.
+    let other = dir.join("other.json");
+    std::fs::write(&other, b"{\"stacks\": []}").unwrap();
+    let o = tracer(&[OsStr::new("report"), other.as_os_str()]);
+    let err = assert_one_line_failure(&o, "other JSON");
+    assert!(
+        err.contains("byte 0: expected the magic bytes of a trace")
+            && err.contains("or a MALT JSON profile"),
+        "{err}"
+    );
+    // A MALT profile that starts with whitespace is still one.
+    let spaced = dir.join("spaced.json");
+    let mut text = b"\n  ".to_vec();
+    text.extend_from_slice(&malt);
+    std::fs::write(&spaced, text).unwrap();
+    assert_eq!(report_json(&spaced)["allocations"], 4);
 }
 
 /// The MALT sample's own totals, from its JSON: Σ stacks.stats[].infos.alloc
