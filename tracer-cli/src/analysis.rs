@@ -453,6 +453,26 @@ impl Analysis {
         }
     }
 
+    /// The traced executable's path, empty when unknown.
+    pub fn executable(&self) -> &str {
+        self.process.as_ref().map_or("", |p| p.executable.as_str())
+    }
+
+    /// Bytes and blocks counted as leaked: the definite and indirect blocks of
+    /// the reachability scan when the trace holds one, otherwise every block
+    /// live now.
+    pub fn leaked(&self) -> (u64, u64) {
+        if self.leak_scan_ns.is_none() {
+            return (self.heap.live_bytes, self.live_blocks());
+        }
+        self.live
+            .values()
+            .filter(|b| matches!(b.class, Some(LeakKind::Definite | LeakKind::Indirect)))
+            .fold((0u64, 0u64), |(bytes, n), b| {
+                (bytes.saturating_add(b.size), n + 1)
+            })
+    }
+
     /// Blocks live now.
     pub fn live_blocks(&self) -> u64 {
         self.live.len() as u64

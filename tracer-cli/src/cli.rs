@@ -48,16 +48,24 @@ pub enum Verb {
         (freed by the allocating thread before it allocated anything else). Syscall traces get \
         a `strace -c` table.\n\n\
         `frees` counts every free of a non-null address, including blocks allocated before \
-        tracing started (they do not change the live figures). Until traces carry a \
-        reachability scan, leaked_* equals live_at_exit_*."
+        tracing started (they do not change the live figures). leaked_* counts the definite \
+        and indirect blocks of the trace's reachability scan at exit; a trace without a scan \
+        counts every block live at exit."
     )]
     Report(ReportArgs),
-    /// Blocks live at exit, grouped by allocation stack, largest first
+    /// Blocks live at exit, grouped by allocation stack and kind, largest first
     #[command(
-        long_about = "Blocks live at exit, grouped by allocation stack, largest first, with \
-        symbolized frames, in LeakSanitizer's layout.\n\n\
-        Traces hold no reachability scan yet: every live block is reported as a definite \
-        (direct) leak, including blocks still referenced at exit."
+        long_about = "Blocks live at exit, grouped by allocation stack and kind, largest first, \
+        with symbolized frames (function, file, line, module; inlined calls expanded), in \
+        LeakSanitizer's layout, as JSON (--json) or as SARIF 2.1.0 (--sarif).\n\n\
+        Kinds come from the tracer's reachability scan at exit, with valgrind's meanings: \
+        definite (no pointer to the block), indirect (reachable only from leaked blocks), \
+        possible (only through an interior pointer), reachable (from a global, a stack, \
+        registers or TLS). Definite and indirect groups are reported by default. A trace \
+        without a scan reports every live block as definite, and says so.\n\n\
+        Suppressions (LeakSanitizer syntax), tried in order: --suppressions FILE, the file \
+        in $TRACER_SUPPRESSIONS, the built-in default list. With --fail the exit status is 23 \
+        when any group is reported."
     )]
     Leaks(LeaksArgs),
     /// Every record in order, one line each (strace-like lines for syscalls)
@@ -116,6 +124,86 @@ pub struct ReportArgs {
     /// Frames printed per stack in the text report
     #[arg(long, default_value_t = 16, value_name = "N")]
     pub frames: usize,
+    #[command(flatten)]
+    pub symbols: SymbolArgs,
+}
+
+/// Where the traced binaries and their debug info are read.
+#[derive(Debug, Args, Default)]
+pub struct SymbolArgs {
+    /// Read the traced binaries and /usr/lib/debug under DIR (a trace from another machine)
+    #[arg(long, value_name = "DIR")]
+    pub sysroot: Option<PathBuf>,
+    /// Read binaries under FROM from TO instead (a moved build tree); repeatable
+    #[arg(long = "path-map", value_name = "FROM=TO", value_parser = parse_path_map)]
+    pub path_map: Vec<(PathBuf, PathBuf)>,
+    /// Another directory of separate debug files (.build-id/..., debuglink); repeatable
+    #[arg(long = "debug-dir", value_name = "DIR")]
+    pub debug_dir: Vec<PathBuf>,
+    /// Read no binary: only the names the trace itself holds
+    #[arg(long)]
+    pub no_debug_info: bool,
+}
+
+fn parse_path_map(s: &str) -> Result<(PathBuf, PathBuf), String> {
+    symbolizer::Options::parse_path_map(s)
+}
+
+impl SymbolArgs {
+    pub fn options(&self) -> crate::symbolize::SymbolOptions {
+        crate::symbolize::SymbolOptions {
+            sysroot: self.sysroot.clone(),
+            path_map: self.path_map.clone(),
+            debug_dirs: self.debug_dir.clone(),
+            no_debug_info: self.no_debug_info,
+        }
+    }
+}
+
+/// Which leaks are reported, and the suppressions.
+#[derive(Debug, Args, Default)]
+pub struct LeakCheckArgs {
+    /// LeakSanitizer-style suppressions (`leak:PATTERN` lines), tried before $TRACER_SUPPRESSIONS
+    #[arg(long, value_name = "FILE")]
+    pub suppressions: Option<PathBuf>,
+    /// Do not apply the built-in suppressions of C/C++ runtime allocations
+    #[arg(long)]
+    pub no_default_suppressions: bool,
+    /// Kinds to report: definite, indirect, possible, reachable, all [default: definite,indirect]
+    #[arg(long, value_name = "KINDS", value_parser = parse_kinds)]
+    pub show: Option<Kinds>,
+    /// Report every kind (same as --show all)
+    #[arg(long)]
+    pub all: bool,
+}
+
+/// The kinds `--show` names (a newtype: clap would read a bare `Vec` as
+/// several values).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Kinds(pub Vec<format_writers::LeakKind>);
+
+fn parse_kinds(s: &str) -> Result<Kinds, String> {
+    crate::leaks::parse_show(s).map(Kinds)
+}
+
+impl LeakCheckArgs {
+    pub fn kinds(&self) -> Vec<format_writers::LeakKind> {
+        if self.all {
+            return format_writers::LeakKind::ALL.to_vec();
+        }
+        self.show
+            .clone()
+            .map(|k| k.0)
+            .unwrap_or_else(|| crate::leaks::DEFAULT_SHOW.to_vec())
+    }
+
+    pub fn suppressions(&self) -> Result<crate::suppressions::Suppressions, Failure> {
+        crate::suppressions::Suppressions::gather(
+            self.suppressions.as_deref(),
+            std::env::var_os("TRACER_SUPPRESSIONS"),
+            self.no_default_suppressions,
+        )
+    }
 }
 
 #[derive(Debug, Args)]
@@ -123,14 +211,21 @@ pub struct LeaksArgs {
     /// The trace file
     pub file: PathBuf,
     /// Print one JSON object
-    #[arg(long)]
+    #[arg(long, conflicts_with = "sarif")]
     pub json: bool,
-    /// LeakSanitizer-style suppressions (`leak:PATTERN` lines)
-    #[arg(long, value_name = "FILE")]
-    pub suppressions: Option<PathBuf>,
-    /// Exit with status 23 when any (unsuppressed) leak remains
+    /// Print the report as SARIF 2.1.0 (for code-scanning annotations)
+    #[arg(long)]
+    pub sarif: bool,
+    /// SARIF: make source file URIs relative to DIR (the repository root)
+    #[arg(long, value_name = "DIR")]
+    pub source_root: Option<PathBuf>,
+    /// Exit with status 23 when any (unsuppressed) leak is reported
     #[arg(long)]
     pub fail: bool,
+    #[command(flatten)]
+    pub check: LeakCheckArgs,
+    #[command(flatten)]
+    pub symbols: SymbolArgs,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -181,9 +276,8 @@ pub struct RunArgs {
     /// Like --leak-check, and exit with status 23 when leaks remain
     #[arg(long)]
     pub fail_on_leak: bool,
-    /// LeakSanitizer-style suppressions for the leak report
-    #[arg(long, value_name = "FILE")]
-    pub suppressions: Option<PathBuf>,
+    #[command(flatten)]
+    pub check: LeakCheckArgs,
     /// The program and its arguments (after --)
     #[arg(
         required = true,
@@ -224,21 +318,23 @@ fn execute(verb: Verb) -> Result<i32, Failure> {
                 json: a.json,
                 top: a.top,
                 frames: a.frames,
+                symbols: a.symbols.options(),
             },
             &mut out,
         )?,
         Verb::Leaks(a) => {
-            let mut supp = match &a.suppressions {
-                Some(p) => crate::suppressions::Suppressions::load(p)?,
-                None => Default::default(),
-            };
+            let mut supp = a.check.suppressions()?;
             let (_, analysis) = crate::input::analyze(&a.file)?;
             crate::leaks::print(
                 &analysis,
                 &mut supp,
                 &crate::leaks::Options {
                     json: a.json,
+                    sarif: a.sarif,
                     fail: a.fail,
+                    show: a.check.kinds(),
+                    source_root: a.source_root.clone(),
+                    symbols: a.symbols.options(),
                 },
                 &mut out,
             )?
@@ -260,7 +356,9 @@ fn execute(verb: Verb) -> Result<i32, Failure> {
                 quiet: a.quiet,
                 leak_check: a.leak_check,
                 fail_on_leak: a.fail_on_leak,
-                suppressions: a.suppressions,
+                suppressions: a.check.suppressions.clone(),
+                no_default_suppressions: a.check.no_default_suppressions,
+                show: (a.check.all || a.check.show.is_some()).then(|| a.check.kinds()),
                 command: a.command,
             };
             let mut err = std::io::stderr().lock();

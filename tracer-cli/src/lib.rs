@@ -11,11 +11,12 @@
 //! | [`input`] | opening a trace and iterating its records with error context |
 //! | [`out`] | buffered stdout that treats a closed pipe as a quiet end |
 //! | [`analysis`] | the single pass over a trace: live blocks, peak, sites, syscalls |
-//! | [`symbolize`] | frames to `0xADDR in func file:line (module+0xoff)` |
+//! | [`symbolize`] | frames to `0xADDR in func file:line (module+0xoff)`, through the debug info |
 //! | [`clock`] | wall-clock rendering of nanosecond timestamps (UTC) |
 //! | [`strace`] | strace-like syscall lines and the `strace -c` table |
 //! | [`report`] | `tracer report` (text and JSON) |
 //! | [`leaks`] | `tracer leaks` (text and JSON) |
+//! | [`sarif`] | `tracer leaks --sarif` (SARIF 2.1.0) |
 //! | [`suppressions`] | LeakSanitizer-style `leak:PATTERN` files |
 //! | [`dump`] | `tracer dump` |
 //! | [`validate`] | `tracer validate` |
@@ -37,6 +38,7 @@ pub mod out;
 pub mod report;
 pub mod resolve;
 pub mod run;
+pub mod sarif;
 pub mod strace;
 pub mod suppressions;
 pub mod symbolize;

@@ -1,9 +1,11 @@
 //! `tracer report`: the summary of a trace, as text or as one JSON object.
 //!
 //! The figures come from one [`Analysis`] pass (its module documents the
-//! counting rules). Until traces carry a reachability scan, `leaked_*` equals
-//! `live_at_exit_*`: every block never freed counts as leaked, as the
-//! interface specifies. Syscall traces get `strace -c`'s table (and a
+//! counting rules). `leaked_*` counts the definite and indirect blocks of the
+//! trace's reachability scan at exit; without a scan it equals
+//! `live_at_exit_*` (every block never freed counts as leaked), as the
+//! interface specifies. Frames are symbolized through the debug info of the
+//! traced binaries ([`crate::symbolize`]). Syscall traces get `strace -c`'s table (and a
 //! `syscalls` array in JSON) besides the (then zero) heap figures.
 
 use std::io::Write;
@@ -14,17 +16,18 @@ use crate::analysis::{Analysis, Site};
 use crate::clock;
 use crate::failure::Failure;
 use crate::strace::{self, SummaryRow};
-use crate::symbolize::{FrameJson, Symbolizer};
+use crate::symbolize::{FrameJson, Resolver, SymbolOptions, UnresolvedNote};
 use format_writers::StackId;
 
 /// Options of the verb.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Options {
     pub json: bool,
     /// Sites listed per ranking.
     pub top: usize,
     /// Frames printed per stack in the text output.
     pub frames: usize,
+    pub symbols: SymbolOptions,
 }
 
 #[derive(Debug, Serialize)]
@@ -73,6 +76,8 @@ pub struct ReportJson {
     pub leaked_blocks: u64,
     /// False: the trace holds no reachability scan, so leaked = live at exit.
     pub reachability_scan: bool,
+    /// Time of the scan, ns since the epoch.
+    pub scan_time_ns: Option<u64>,
     /// Frees of addresses the trace never allocated (allocated before tracing
     /// started); included in `frees`.
     pub frees_of_untracked_blocks: u64,
@@ -85,6 +90,8 @@ pub struct ReportJson {
     pub system_calls: u64,
     pub top_sites: TopSites,
     pub syscalls: Vec<SummaryRow>,
+    /// Frames of the top sites the debug info could not resolve.
+    pub unresolved_frames: Vec<UnresolvedNote>,
 }
 
 /// Sites ranked by `key` (descending, ties by stack id), those with a zero
@@ -108,10 +115,20 @@ fn peak_offset(a: &Analysis) -> u64 {
     }
 }
 
-/// Builds the JSON object.
+/// Builds the JSON object (frames symbolized with the default options).
 pub fn json(a: &Analysis, format: &'static str, top: usize) -> ReportJson {
-    let sym = Symbolizer::new(&a.objects, &a.symbols);
-    let site_json = |(id, s): (StackId, Site)| SiteJson {
+    json_with(a, format, top, &SymbolOptions::default())
+}
+
+/// Builds the JSON object.
+pub fn json_with(
+    a: &Analysis,
+    format: &'static str,
+    top: usize,
+    symbols: &SymbolOptions,
+) -> ReportJson {
+    let mut sym = Resolver::new(a, symbols);
+    let mut site_json = |(id, s): (StackId, Site)| SiteJson {
         stack_id: id,
         allocations: s.allocations,
         bytes: s.bytes,
@@ -122,6 +139,21 @@ pub fn json(a: &Analysis, format: &'static str, top: usize) -> ReportJson {
             .map(|frames| sym.stack(frames).iter().map(FrameJson::from).collect())
             .unwrap_or_default(),
     };
+    let top_sites = TopSites {
+        by_bytes: rank(a, top, |s| s.bytes)
+            .into_iter()
+            .map(&mut site_json)
+            .collect(),
+        by_count: rank(a, top, |s| s.allocations)
+            .into_iter()
+            .map(&mut site_json)
+            .collect(),
+        by_temporary: rank(a, top, |s| s.temporary)
+            .into_iter()
+            .map(&mut site_json)
+            .collect(),
+    };
+    let (leaked_bytes, leaked_blocks) = a.leaked();
     let h = &a.heap;
     ReportJson {
         format,
@@ -143,9 +175,10 @@ pub fn json(a: &Analysis, format: &'static str, top: usize) -> ReportJson {
         peak_offset_ns: peak_offset(a),
         live_at_exit_bytes: h.live_bytes,
         live_at_exit_blocks: a.live_blocks(),
-        leaked_bytes: h.live_bytes,
-        leaked_blocks: a.live_blocks(),
-        reachability_scan: false,
+        leaked_bytes,
+        leaked_blocks,
+        reachability_scan: a.leak_scan_ns.is_some(),
+        scan_time_ns: a.leak_scan_ns,
         frees_of_untracked_blocks: h.frees_unknown,
         frees_without_address: h.frees_without_address,
         allocations_without_address: h.allocs_without_address,
@@ -153,21 +186,9 @@ pub fn json(a: &Analysis, format: &'static str, top: usize) -> ReportJson {
         allocations_with_undefined_stack: h.undefined_stack_allocs,
         markers: a.markers,
         system_calls: a.syscall_count,
-        top_sites: TopSites {
-            by_bytes: rank(a, top, |s| s.bytes)
-                .into_iter()
-                .map(site_json)
-                .collect(),
-            by_count: rank(a, top, |s| s.allocations)
-                .into_iter()
-                .map(site_json)
-                .collect(),
-            by_temporary: rank(a, top, |s| s.temporary)
-                .into_iter()
-                .map(site_json)
-                .collect(),
-        },
+        top_sites,
         syscalls: strace::summary_rows(a),
+        unresolved_frames: sym.unresolved(),
     }
 }
 
@@ -178,7 +199,7 @@ fn plural(n: u64, one: &str, many: &str) -> String {
 fn write_stack(
     out: &mut dyn Write,
     a: &Analysis,
-    sym: &Symbolizer<'_>,
+    sym: &mut Resolver<'_>,
     id: StackId,
     max_frames: usize,
 ) -> std::io::Result<()> {
@@ -186,8 +207,9 @@ fn write_stack(
         None => writeln!(out, "      (stack {id} is not defined in the trace)"),
         Some(frames) if frames.is_empty() => writeln!(out, "      (no frames recorded)"),
         Some(frames) => {
-            for (i, f) in frames.iter().take(max_frames).enumerate() {
-                writeln!(out, "      #{i} {}", sym.info(f).text())?;
+            let lines = sym.stack(&frames[..frames.len().min(max_frames)]);
+            for (i, l) in lines.iter().enumerate() {
+                writeln!(out, "      #{i} {}", l.text())?;
             }
             if frames.len() > max_frames {
                 writeln!(out, "      ... {} more frames", frames.len() - max_frames)?;
@@ -254,12 +276,22 @@ pub fn text(
             clock::bytes(h.live_bytes),
             plural(a.live_blocks(), "block", "blocks")
         )?;
-        writeln!(
-            out,
-            "leaked: {} in {} (no reachability scan in this trace: every block live at exit)",
-            clock::bytes(h.live_bytes),
-            plural(a.live_blocks(), "block", "blocks")
-        )?;
+        let (leaked_bytes, leaked_blocks) = a.leaked();
+        if a.leak_scan_ns.is_some() {
+            writeln!(
+                out,
+                "leaked: {} in {} (definitely and indirectly lost, by the reachability scan at exit; `tracer leaks` for details)",
+                clock::bytes(leaked_bytes),
+                plural(leaked_blocks, "block", "blocks")
+            )?;
+        } else {
+            writeln!(
+                out,
+                "leaked: {} in {} (no reachability scan in this trace: every block live at exit)",
+                clock::bytes(leaked_bytes),
+                plural(leaked_blocks, "block", "blocks")
+            )?;
+        }
         if h.reused_live_addresses > 0 {
             writeln!(
                 out,
@@ -281,7 +313,7 @@ pub fn text(
                 h.undefined_stack_allocs
             )?;
         }
-        let sym = Symbolizer::new(&a.objects, &a.symbols);
+        let mut sym = Resolver::new(a, &opts.symbols);
         type Ranking<'k> = (&'k str, &'k dyn Fn(&Site) -> u64);
         let rankings: [Ranking; 3] = [
             ("bytes allocated", &|s: &Site| s.bytes),
@@ -303,8 +335,13 @@ pub fn text(
                     plural(s.allocations, "call", "calls"),
                     plural(s.temporary, "temporary", "temporary"),
                 )?;
-                write_stack(out, a, &sym, id, opts.frames)?;
+                write_stack(out, a, &mut sym, id, opts.frames)?;
             }
+        }
+        let notes = sym.unresolved();
+        if !notes.is_empty() {
+            writeln!(out)?;
+            crate::symbolize::write_unresolved(out, &notes, &sym.warnings())?;
         }
     }
     if a.syscall_count > 0 {
@@ -326,8 +363,11 @@ pub fn execute(
 ) -> Result<i32, Failure> {
     let (format, a) = crate::input::analyze(path)?;
     if opts.json {
-        serde_json::to_writer_pretty(&mut *out, &json(&a, format.name(), opts.top))
-            .map_err(std::io::Error::from)?;
+        serde_json::to_writer_pretty(
+            &mut *out,
+            &json_with(&a, format.name(), opts.top, &opts.symbols),
+        )
+        .map_err(std::io::Error::from)?;
         writeln!(out)?;
     } else {
         text(out, &a, format.name(), opts)?;
@@ -446,6 +486,7 @@ mod tests {
             json: false,
             top: 10,
             frames: 16,
+            symbols: SymbolOptions::default(),
         };
         text(&mut out, &a, "mlyze", &opts).unwrap();
         let s = String::from_utf8(out).unwrap();

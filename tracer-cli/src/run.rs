@@ -16,11 +16,15 @@
 //!   foreground job: the child decides, and `tracer` reports afterwards.
 //! - Exit status: the child's own; 128+N when signal N killed it (as the
 //!   shell reports it); 127 when the program was not found, 126 when it could
-//!   not be executed. With `--leak-check`, the leak report of every allocation
-//!   trace listed in the manifest goes to stderr (once per process when it
-//!   wrote several formats); with `--fail-on-leak`, the
-//!   status is 23 when leaks remain (overriding the child's, as
-//!   LeakSanitizer's `exitcode` does), and 1 when a trace cannot be read.
+//!   not be executed. With `--leak-check`, every allocation trace listed in
+//!   the manifest (every process the command started: forks and execs add
+//!   their own traces) is read, once per process when it wrote several
+//!   formats; the leak report of each process that leaked goes to stderr,
+//!   then one verdict line (`tracer: 2 leaks (48 bytes in 3 blocks) in 1 of
+//!   4 processes` / `tracer: no leaks in 4 processes`). With
+//!   `--fail-on-leak`, the status is 23 when leaks remain (overriding the
+//!   child's, as LeakSanitizer's `exitcode` does), and 1 when a trace cannot
+//!   be read and the program itself succeeded.
 
 use std::ffi::{OsStr, OsString};
 use std::io::{ErrorKind, Write};
@@ -45,6 +49,9 @@ pub struct Options {
     pub leak_check: bool,
     pub fail_on_leak: bool,
     pub suppressions: Option<PathBuf>,
+    pub no_default_suppressions: bool,
+    /// Kinds reported (`None`: definite and indirect).
+    pub show: Option<Vec<format_writers::LeakKind>>,
     pub command: Vec<OsString>,
 }
 
@@ -189,9 +196,14 @@ pub fn execute(opts: &Options, out: &mut dyn Write) -> Result<i32, Failure> {
     };
     // Read suppressions before running anything: a typo there should not
     // cost a whole run.
-    let mut suppressions = match &opts.suppressions {
-        Some(p) => Suppressions::load(p)?,
-        None => Suppressions::default(),
+    let suppressions = if opts.leak_check || opts.fail_on_leak {
+        Suppressions::gather(
+            opts.suppressions.as_deref(),
+            std::env::var_os("TRACER_SUPPRESSIONS"),
+            opts.no_default_suppressions,
+        )?
+    } else {
+        Suppressions::default()
     };
     let lib = find_library(std::env::var_os("TRACER_LIB"))?;
     check_preloadable(&lib)?;
@@ -255,46 +267,135 @@ pub fn execute(opts: &Options, out: &mut dyn Write) -> Result<i32, Failure> {
     }
     if opts.leak_check || opts.fail_on_leak {
         let leak_opts = crate::leaks::Options {
-            json: false,
-            fail: opts.fail_on_leak,
+            show: opts
+                .show
+                .clone()
+                .unwrap_or_else(|| crate::leaks::DEFAULT_SHOW.to_vec()),
+            ..crate::leaks::Options::default()
         };
-        // A process that wrote the same events in two formats (mlyze and
-        // dumpalloc) gets one report: traces are told apart by process.
-        let mut reported: Vec<(u32, u64)> = Vec::new();
-        for f in &files {
-            let analysis = match crate::input::Trace::open(f) {
-                Ok(t) if t.format == Format::Tlv => continue,
-                Ok(_) => crate::input::analyze(f),
-                Err(e) => Err(e),
-            };
-            match analysis {
-                Ok((_, a)) => {
-                    if let Some(p) = a.process.as_ref().filter(|p| p.pid != 0) {
-                        let key = (p.pid, p.start_time_ns);
-                        if reported.contains(&key) {
-                            continue;
-                        }
-                        reported.push(key);
-                    }
-                    writeln!(out, "tracer: leak report for {}", f.display())?;
-                    let c = crate::leaks::print(&a, &mut suppressions, &leak_opts, out)?;
-                    if c == EXIT_LEAKS {
-                        code = EXIT_LEAKS;
-                    }
-                }
-                Err(e) => {
-                    eprintln!("{e}");
-                    if opts.fail_on_leak && code != EXIT_LEAKS {
-                        code = 1;
-                    }
-                }
-            }
-        }
+        let v = leak_check(&files, &suppressions, &leak_opts, out)?;
         if files.is_empty() {
-            eprintln!("tracer: the program wrote no trace file; no leak report");
+            writeln!(
+                out,
+                "tracer: the program wrote no trace file; no leak report"
+            )?;
+        } else {
+            writeln!(out, "{}", v.line())?;
+        }
+        if opts.fail_on_leak {
+            if v.groups > 0 {
+                code = EXIT_LEAKS;
+            } else if v.unreadable > 0 && code == 0 {
+                code = 1;
+            }
         }
     }
     Ok(code)
+}
+
+/// What the leak check of a run found, over every traced process.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Verdict {
+    /// Leak groups reported (distinct allocation stack and kind).
+    pub groups: u64,
+    pub bytes: u64,
+    pub blocks: u64,
+    /// Processes with at least one reported group.
+    pub leaking: u64,
+    /// Processes whose allocation trace was read.
+    pub processes: u64,
+    /// Trace files that could not be read.
+    pub unreadable: u64,
+}
+
+fn plural(n: u64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+impl Verdict {
+    /// `tracer: 2 leaks (48 bytes in 3 blocks) in 1 of 2 processes`, or
+    /// `tracer: no leaks in 2 processes`.
+    pub fn line(&self) -> String {
+        let mut s = if self.groups > 0 {
+            format!(
+                "tracer: {} ({} in {}) in {} of {}",
+                plural(self.groups, "leak", "leaks"),
+                plural(self.bytes, "byte", "bytes"),
+                plural(self.blocks, "block", "blocks"),
+                self.leaking,
+                plural(self.processes, "process", "processes")
+            )
+        } else {
+            format!(
+                "tracer: no leaks in {}",
+                plural(self.processes, "process", "processes")
+            )
+        };
+        if self.unreadable > 0 {
+            s.push_str(&format!(
+                " ({} could not be read)",
+                plural(self.unreadable, "trace", "traces")
+            ));
+        }
+        s
+    }
+}
+
+/// Reads the allocation trace of every process in `files` (a process that
+/// wrote several formats is read once), prints the report of each process
+/// that leaked, and sums up.
+pub fn leak_check(
+    files: &[PathBuf],
+    suppressions: &Suppressions,
+    opts: &crate::leaks::Options,
+    out: &mut dyn Write,
+) -> Result<Verdict, Failure> {
+    let mut v = Verdict::default();
+    // A process that wrote the same events in two formats (mlyze and
+    // dumpalloc) gets one report: traces are told apart by process.
+    let mut seen: Vec<(u32, u64)> = Vec::new();
+    for f in files {
+        let analysis = match crate::input::Trace::open(f) {
+            Ok(t) if t.format == Format::Tlv => continue,
+            Ok(_) => crate::input::analyze(f),
+            Err(e) => Err(e),
+        };
+        let a = match analysis {
+            Ok((_, a)) => a,
+            Err(e) => {
+                writeln!(out, "{e}")?;
+                v.unreadable += 1;
+                continue;
+            }
+        };
+        if let Some(p) = a.process.as_ref().filter(|p| p.pid != 0) {
+            let key = (p.pid, p.start_time_ns);
+            if seen.contains(&key) {
+                continue;
+            }
+            seen.push(key);
+        }
+        v.processes += 1;
+        // Per-process counts of what each rule hid.
+        let mut supp = suppressions.clone();
+        let r = crate::leaks::compute(&a, &mut supp, opts);
+        if r.leaks.is_empty() {
+            continue;
+        }
+        v.leaking += 1;
+        for l in &r.leaks {
+            v.groups += 1;
+            v.bytes = v.bytes.saturating_add(l.bytes);
+            v.blocks = v.blocks.saturating_add(l.blocks);
+        }
+        let who = match &a.process {
+            Some(p) if p.pid != 0 => format!("process {} ({}), ", p.pid, p.executable),
+            _ => String::new(),
+        };
+        writeln!(out, "tracer: leak report for {who}{}", f.display())?;
+        crate::leaks::text(out, &r)?;
+    }
+    Ok(v)
 }
 
 /// The trace files listed in the manifest, in order, each once (no

@@ -8,16 +8,31 @@
 //! the source file or the module path of any frame of its allocation stack.
 //! Any other suppression type (`race:`, `thread:`, …) is an error, as it is
 //! for LeakSanitizer, so a typo does not silently suppress nothing.
+//!
+//! Rules come from three places, tried in this order: the `--suppressions`
+//! file, the file named by `TRACER_SUPPRESSIONS`, and the built-in default
+//! list ([`DEFAULTS`], unless `--no-default-suppressions`). The first rule
+//! that matches a leak group takes it, and counts what it hid.
 
+use std::ffi::OsString;
 use std::path::Path;
 
 use crate::failure::Failure;
-use crate::symbolize::FrameInfo;
+use crate::symbolize::Line;
+
+/// The built-in list: one-off allocations of the C and C++ runtimes that are
+/// not the program's leaks. docs/ci.md says why each is here.
+pub const DEFAULTS: &str = include_str!("default_suppressions.txt");
+
+/// Where the default rules say they come from.
+pub const DEFAULT_SOURCE: &str = "default";
 
 /// One `leak:` line and how much it suppressed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Suppression {
     pub pattern: String,
+    /// The file it was read from, or `default` for the built-in list.
+    pub source: String,
     /// Leak groups (distinct stacks) it suppressed.
     pub hits: u64,
     pub bytes: u64,
@@ -35,12 +50,57 @@ impl Suppressions {
     pub fn load(path: &Path) -> Result<Suppressions, Failure> {
         let text = std::fs::read(path).map_err(|e| Failure::io(path, e))?;
         let text = String::from_utf8_lossy(&text);
-        Suppressions::parse(&text).map_err(|(line, found)| {
+        let mut s = Suppressions::parse(&text).map_err(|(line, found)| {
             Failure::Message(format!(
                 "{}: line {line}: expected leak:PATTERN, found {found:?}",
                 path.display()
             ))
-        })
+        })?;
+        for r in &mut s.rules {
+            r.source = path.display().to_string();
+        }
+        Ok(s)
+    }
+
+    /// The built-in default list.
+    pub fn defaults() -> Suppressions {
+        let mut s = Suppressions::parse(DEFAULTS).expect("the built-in list parses");
+        for r in &mut s.rules {
+            r.source = DEFAULT_SOURCE.to_string();
+        }
+        s
+    }
+
+    /// The rules in force, in the order they are tried: `file`
+    /// (`--suppressions`), then the file `env` names (`TRACER_SUPPRESSIONS`,
+    /// ignored when empty), then the defaults (unless `no_defaults`). The
+    /// user's own rules come first, so they get the credit for what they hide.
+    pub fn gather(
+        file: Option<&Path>,
+        env: Option<OsString>,
+        no_defaults: bool,
+    ) -> Result<Suppressions, Failure> {
+        let mut all = match file {
+            Some(p) => Suppressions::load(p)?,
+            None => Suppressions::default(),
+        };
+        if let Some(p) = env.filter(|v| !v.is_empty()) {
+            let p = std::path::PathBuf::from(p);
+            let s = Suppressions::load(&p).map_err(|f| match f {
+                Failure::Message(m) => Failure::Message(format!("TRACER_SUPPRESSIONS: {m}")),
+                Failure::Io { error, .. } => Failure::Message(format!(
+                    "TRACER_SUPPRESSIONS={}: {}",
+                    p.display(),
+                    crate::failure::io_text(&error)
+                )),
+                other => other,
+            })?;
+            all.rules.extend(s.rules);
+        }
+        if !no_defaults {
+            all.rules.extend(Suppressions::defaults().rules);
+        }
+        Ok(all)
     }
 
     /// Parses suppression text; on error, the 1-based line and its text.
@@ -55,6 +115,7 @@ impl Suppressions {
                 Some((kind, pattern)) if kind.trim() == "leak" && !pattern.trim().is_empty() => {
                     rules.push(Suppression {
                         pattern: pattern.trim().to_string(),
+                        source: String::new(),
                         hits: 0,
                         bytes: 0,
                         blocks: 0,
@@ -66,11 +127,12 @@ impl Suppressions {
         Ok(Suppressions { rules })
     }
 
-    /// The index of the first rule matching any frame, if any.
-    pub fn matching(&self, frames: &[FrameInfo<'_>]) -> Option<usize> {
+    /// The index of the first rule matching any frame (inlined ones
+    /// included), if any.
+    pub fn matching(&self, frames: &[Line]) -> Option<usize> {
         self.rules.iter().position(|rule| {
             frames.iter().any(|f| {
-                [f.function, f.file, f.module]
+                [&f.function, &f.file, &f.module]
                     .into_iter()
                     .flatten()
                     .any(|s| pattern_matches(&rule.pattern, s))
@@ -151,6 +213,21 @@ mod tests {
             Suppressions::parse("leak:\n"),
             Err((1, "leak:".to_string()))
         );
+    }
+
+    #[test]
+    fn the_default_list_parses_and_every_rule_is_documented() {
+        let d = Suppressions::defaults();
+        assert!(!d.rules.is_empty());
+        let doc = include_str!("../../docs/ci.md");
+        for r in &d.rules {
+            assert_eq!(r.source, "default");
+            assert!(
+                doc.contains(&format!("leak:{}", r.pattern)),
+                "docs/ci.md does not explain default rule {:?}",
+                r.pattern
+            );
+        }
     }
 
     #[test]

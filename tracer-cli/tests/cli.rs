@@ -1021,12 +1021,17 @@ fn corrupted_traces_never_panic() {
                 Ok((f, a)) => {
                     let _ = tracer_cli::report::json(&a, f.name(), 10);
                     let mut supp = tracer_cli::suppressions::Suppressions::default();
-                    let _ = tracer_cli::leaks::compute(&a, &mut supp);
+                    let _ = tracer_cli::leaks::compute(
+                        &a,
+                        &mut supp,
+                        &tracer_cli::leaks::Options::default(),
+                    );
                     let mut out = Vec::new();
                     let opts = tracer_cli::report::Options {
                         json: false,
                         top: 10,
                         frames: 16,
+                        symbols: Default::default(),
                     };
                     tracer_cli::report::text(&mut out, &a, f.name(), &opts).unwrap();
                 }
