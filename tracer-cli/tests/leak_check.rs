@@ -716,3 +716,114 @@ fn a_trace_without_a_scan_keeps_every_live_block_as_definite() {
     let o = tracer(&[OsStr::new("leaks"), path.as_os_str()]);
     assert!(stdout(&o).contains("holds no reachability scan"));
 }
+
+/// Inlined frames come from the debug info, and suppressions see them: a
+/// small C program built with `gcc -g -O2 -no-pie` allocates through an
+/// always-inlined helper; a trace naming a return address inside the helper's
+/// inlined code reports `helper (inlined)` then `outer`, and `leak:helper`
+/// hides the group although no recorded frame is the helper's own.
+#[test]
+fn inlined_frames_are_expanded_and_suppressible() {
+    let dir = scratch("inline");
+    let src = dir.join("inl.c");
+    std::fs::write(
+        &src,
+        "#include <stdlib.h>\n\
+         void *volatile sink;\n\
+         static inline __attribute__((always_inline)) void helper(unsigned n) {\n\
+         \x20   sink = malloc(n);\n\
+         }\n\
+         __attribute__((noinline)) void outer(void) {\n\
+         \x20   helper(24);\n\
+         \x20   sink = 0;\n\
+         }\n\
+         int main(void) { outer(); return 0; }\n",
+    )
+    .unwrap();
+    let bin = dir.join("inl");
+    let built = Command::new("gcc")
+        .args(["-g", "-O2", "-no-pie", "-fno-pie", "-o"])
+        .arg(&bin)
+        .arg(&src)
+        .status();
+    if !matches!(built, Ok(s) if s.success()) {
+        eprintln!("gcc unavailable: skipping");
+        return;
+    }
+    let exe = bin.to_str().unwrap().to_string();
+    // A non-PIE executable is mapped at its link address (0x400000).
+    let object = Object {
+        path: exe.clone(),
+        load_address: 0x40_0000,
+        size: 0,
+    };
+    // Find, inside outer, a return address whose lookup gives the inlined
+    // helper then outer: the instruction after the call to malloc.
+    let mut sym = symbolizer::Symbolizer::new(
+        std::slice::from_ref(&object),
+        "",
+        symbolizer::Options::default(),
+    );
+    let nm = Command::new("nm").arg(&bin).output().unwrap();
+    let outer = String::from_utf8_lossy(&nm.stdout)
+        .lines()
+        .find(|l| l.ends_with(" outer"))
+        .map(|l| u64::from_str_radix(l.split(' ').next().unwrap(), 16).unwrap())
+        .expect("outer in nm's output");
+    let ret = (outer + 1..outer + 64)
+        .find(|&a| {
+            let r = sym.symbolize(a, true);
+            r.frames.len() == 2
+                && r.frames[0].function.as_deref() == Some("helper")
+                && r.frames[0].line == Some(4)
+        })
+        .expect("an address in outer whose line is helper's malloc call");
+    let trace = dir.join("t.mlyze");
+    write_trace(
+        &trace,
+        Format::Mlyze,
+        &[
+            Record::Process(Process {
+                pid: 9,
+                executable: exe.clone(),
+                command_line: vec![],
+                start_time_ns: S,
+            }),
+            Record::Object(object.clone()),
+            Record::Stack(Stack {
+                id: 0,
+                frames: vec![Frame {
+                    address: ret,
+                    symbol: None,
+                }],
+            }),
+            alloc(1, 0x1000, 24, 0),
+        ],
+    );
+    let o = tracer(&[OsStr::new("leaks"), trace.as_os_str()]);
+    let t = stdout(&o);
+    let src_name = src.to_str().unwrap();
+    assert!(
+        t.starts_with(&format!(
+            "Direct leak of 24 byte(s) in 1 object(s) allocated from:\n\
+             \x20   #0 {ret:#x} in helper {src_name}:4 ({exe}+{:#x}) (inlined)\n\
+             \x20   #1 {ret:#x} in outer {src_name}:7 ({exe}+{:#x})\n",
+            ret - 0x40_0000,
+            ret - 0x40_0000
+        )),
+        "{t}"
+    );
+    let supp = dir.join("s.supp");
+    std::fs::write(&supp, "leak:^helper$\n").unwrap();
+    let o = tracer(&[
+        OsStr::new("leaks"),
+        OsStr::new("--json"),
+        OsStr::new("--suppressions"),
+        supp.as_os_str(),
+        trace.as_os_str(),
+    ]);
+    let j: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(groups(&j).is_empty(), "{j}");
+    assert_eq!(j["suppressions"][0]["blocks"], 1);
+    assert_eq!(j["suppressions"][0]["bytes"], 24);
+}
