@@ -306,6 +306,19 @@ fn chain10_names_come_from_the_binary_when_the_trace_has_none() {
         text.trim_end().ends_with(&format!("{CHAIN} 4242")),
         "{text}"
     );
+    // Told not to read the binaries, the bare trace has only addresses...
+    let blind = dir.join("blind.folded");
+    convert(&bare, "folded", &blind, &["--no-debug-info"]);
+    let text = std::fs::read_to_string(&blind).unwrap();
+    assert!(!text.contains("f10") && text.contains(";0x"), "{text}");
+    // ... while the original trace still names them itself.
+    let own = dir.join("own.folded");
+    convert(&trace, "folded", &own, &["--no-debug-info"]);
+    let text = std::fs::read_to_string(&own).unwrap();
+    assert!(
+        text.trim_end().ends_with(&format!("{CHAIN} 4242")),
+        "{text}"
+    );
     let cg = dir.join("bare.callgrind");
     convert(&bare, "callgrind", &cg, &[]);
     let text = std::fs::read_to_string(&cg).unwrap();

@@ -251,6 +251,9 @@ pub struct ConvertArgs {
     /// For --to folded: bytes (default), allocations, leaked, peak
     #[arg(long, value_name = "M")]
     pub metric: Option<String>,
+    /// Where frame names of malt, callgrind and folded profiles come from
+    #[command(flatten)]
+    pub symbols: SymbolArgs,
 }
 
 #[derive(Debug, Args)]
@@ -343,7 +346,7 @@ fn execute(verb: Verb) -> Result<i32, Failure> {
         Verb::Validate(a) => crate::validate::execute(&a.file, &mut out)?,
         Verb::Convert(a) => {
             let to = crate::convert::Target::from_cli(a.to, a.metric.as_deref())?;
-            crate::convert::execute(&a.input, &to, &a.output)?
+            crate::convert::execute(&a.input, &to, &a.output, &a.symbols.options())?
         }
         Verb::Flamegraph(a) => crate::flamegraph::execute(&a)?,
         Verb::Recover(a) => crate::convert::recover(&a.file)?,

@@ -5,8 +5,8 @@
 //! record, and the *aggregate* profiles (MALT JSON, callgrind, folded stacks,
 //! SVG flame graphs for `tracer flamegraph`), whose writers sum the run up at
 //! `finish`. Frames of the aggregate profiles are named by
-//! [`crate::resolve::FrameNames`] (the symbolizer on the trace's binaries,
-//! then the trace's own symbols); a MALT input is named by its own profile
+//! [`crate::resolve::FrameNames`] as `report` names them (the debug info of
+//! the trace's binaries, then the trace's own symbols); a MALT input is named by its own profile
 //! (MALT symbolized it where it ran, and its addresses need not match any
 //! binary here). Inputs are any trace or a MALT profile
 //! ([`crate::input::Trace`]).
@@ -35,6 +35,7 @@ use format_writers::{callgrind, dumpalloc, folded, malt, mlyze, output, tlv, For
 use crate::failure::Failure;
 use crate::input::{InputFormat, Trace};
 use crate::resolve::FrameNames;
+use crate::symbolize::SymbolOptions;
 
 /// What `convert` (or `flamegraph`) writes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -173,9 +174,18 @@ fn open_writer(to: &Target, path: &Path, names: Option<&FrameNames>) -> Result<O
 }
 
 /// Runs the verb (and `tracer flamegraph`).
-pub fn execute(input: &Path, to: &Target, output_path: &Path) -> Result<i32, Failure> {
+///
+/// `symbols` says where the binaries of the trace are read to name the frames
+/// of aggregate targets (ignored for trace targets, which copy records).
+pub fn execute(
+    input: &Path,
+    to: &Target,
+    output_path: &Path,
+    symbols: &SymbolOptions,
+) -> Result<i32, Failure> {
     let mut trace = Trace::open(input)?;
-    let names = (to.is_aggregate() && trace.format != InputFormat::Malt).then(FrameNames::new);
+    let names = (to.is_aggregate() && trace.format != InputFormat::Malt)
+        .then(|| FrameNames::new(symbols.clone()));
     let (mut writer, written, spool) = open_writer(to, output_path, names.as_ref())?;
     let mut copy = || -> Result<(), Failure> {
         while let Some(mut r) = trace.next_record()? {

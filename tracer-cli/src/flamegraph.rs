@@ -37,6 +37,8 @@ pub struct Args {
     /// Title of the SVG (default: the metric's description)
     #[arg(long, value_name = "T")]
     pub title: Option<String>,
+    #[command(flatten)]
+    pub symbols: crate::cli::SymbolArgs,
 }
 
 /// Runs the verb.
@@ -55,5 +57,10 @@ pub fn execute(args: &Args) -> Result<i32, Failure> {
             title: args.title.clone().unwrap_or_default(),
         }
     };
-    convert::execute(&args.file, &target, Path::new(&args.output))
+    convert::execute(
+        &args.file,
+        &target,
+        Path::new(&args.output),
+        &args.symbols.options(),
+    )
 }

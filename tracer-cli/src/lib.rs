@@ -22,7 +22,7 @@
 //! | [`validate`] | `tracer validate` |
 //! | [`convert`] | `tracer convert`, `tracer recover` |
 //! | [`flamegraph`] | `tracer flamegraph` |
-//! | [`resolve`] | frame names for the profiles: symbolizer, then the trace's symbols |
+//! | [`resolve`] | frame names for the profiles, through [`symbolize`]'s resolver |
 //! | [`run`] | `tracer run` |
 
 pub mod analysis;

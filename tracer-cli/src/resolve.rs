@@ -1,72 +1,90 @@
 //! Function, file and line for the frames of the aggregate outputs (MALT
-//! JSON, callgrind, folded stacks and flame graphs), from the `symbolizer`
-//! crate first and from the trace's own symbols second.
+//! JSON, callgrind, folded stacks and flame graphs), named exactly as
+//! `report` and `leaks` name them: through [`crate::symbolize::Resolver`]
+//! (the debug info of the traced binaries first, then the trace's own
+//! symbols), with the same `--sysroot`, `--path-map`, `--debug-dir` and
+//! `--no-debug-info` options.
 //!
-//! Why this order: the symbolizer reads the DWARF of the binaries the trace
-//! names (inlined calls, demangled names, the call's own line), and gives the
-//! same answer whichever format recorded the trace; the symbols a trace
-//! carries (frame symbols, `AddressSymbol` records resolved by the recorder
-//! at exit) are what is left when the binaries are not on this machine.
+//! The aggregate writers take a [`format_writers::aggregate::Resolver`]: a
+//! `'static` closure they call at `finish` for each address, after looking at
+//! the frame's own symbol and at the trace's `AddressSymbol` records. To put
+//! the debug info first, [`FrameNames::pass`] takes the trace's symbols out
+//! of the records on their way to the writer and keeps them, with every
+//! object and every frame address. On the writer's first question, every
+//! collected address is resolved in one go (in address order, each binary
+//! opened once) into a table the closure answers from. That happens at
+//! `finish`, after the whole trace: the preload library reports objects it
+//! scans at exit after the stacks that use them.
 //!
-//! The aggregate writers look a frame up in this order: the frame's symbol,
-//! then the trace's `AddressSymbol` for its address, then their
-//! [`Resolver`]. To put the symbolizer first, [`FrameNames::pass`] takes the
-//! trace's symbols out of the records on their way to the writer (keeping
-//! them aside) and the resolver answers for every address:
-//!
-//! 1. the symbolizer's innermost frame when it has a source file (DWARF);
-//! 2. else the trace's own symbol when it names a function;
-//! 3. else the symbolizer's function name alone (symbol table);
-//! 4. else whatever the trace had, or nothing (the writers print `0xADDR`).
-//!
-//! Frames without an address (interpreter frames a format stores by name)
-//! keep their symbol untouched. Binaries are opened lazily, at the writer's
-//! `finish`, once every `Object` record of the trace has been seen: the
-//! preload library reports objects it scans at exit after the stacks that
-//! use them.
+//! One name per address: an address inside inlined code is named after its
+//! innermost inlined function (what `addr2line` prints first, and what the
+//! recorder itself stores). Frames without an address (interpreter frames a
+//! format stores by name) keep their symbol untouched.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use format_writers::aggregate::Resolver;
-use format_writers::{Object, Record, Symbol};
-use symbolizer::{Options, Symbolizer};
+use format_writers::{Frame, Object, Record, Symbol};
+use rustc_hash::{FxHashMap, FxHashSet};
+
+use crate::symbolize::{self, SymbolOptions};
 
 #[derive(Default)]
 struct Names {
+    options: SymbolOptions,
     objects: Vec<Object>,
     executable: String,
     /// The trace's own symbols by address.
-    trace: HashMap<u64, Symbol>,
-    symbolizer: Option<Symbolizer>,
+    trace: FxHashMap<u64, Symbol>,
+    /// Every frame address met in a stack.
+    addresses: FxHashSet<u64>,
+    /// Filled on the first question.
+    resolved: Option<FxHashMap<u64, Symbol>>,
 }
 
 impl Names {
-    fn look_up_binaries(&mut self, address: u64) -> Option<Symbol> {
-        if self.objects.is_empty() {
-            return None;
+    fn resolve_all(&self) -> FxHashMap<u64, Symbol> {
+        let mut r = symbolize::Resolver::from_parts(
+            &self.objects,
+            &self.trace,
+            &self.executable,
+            &self.options,
+        );
+        let mut addresses: Vec<u64> = self.addresses.iter().copied().collect();
+        addresses.sort_unstable();
+        let mut table = FxHashMap::default();
+        for address in addresses {
+            let frame = Frame {
+                address,
+                symbol: None,
+            };
+            let Some(line) = r.frame(&frame).into_iter().next() else {
+                continue;
+            };
+            if line.function.is_none() && line.file.is_none() {
+                continue;
+            }
+            table.insert(
+                address,
+                Symbol {
+                    function: line.function.unwrap_or_default(),
+                    file: line.file.unwrap_or_default(),
+                    line: line.line,
+                },
+            );
         }
-        let (objects, executable) = (&self.objects, &self.executable);
-        let symbolizer = self
-            .symbolizer
-            .get_or_insert_with(|| Symbolizer::new(objects, executable, Options::default()));
-        // Every frame of a recorded stack is a return address.
-        symbolizer
-            .symbolize(address, true)
-            .symbols()
-            .into_iter()
-            .next()
+        table
     }
 
     fn name(&mut self, address: u64) -> Option<Symbol> {
-        let found = self.look_up_binaries(address);
-        let trace = self.trace.get(&address);
-        match (found, trace) {
-            (Some(s), _) if !s.file.is_empty() && !s.function.is_empty() => Some(s),
-            (_, Some(t)) if !t.function.is_empty() => Some(t.clone()),
-            (Some(s), _) if !s.function.is_empty() => Some(s),
-            (_, t) => t.cloned(),
+        if self.resolved.is_none() {
+            self.resolved = Some(self.resolve_all());
         }
+        let table = self.resolved.as_ref()?;
+        table
+            .get(&address)
+            .or_else(|| self.trace.get(&address))
+            .cloned()
     }
 }
 
@@ -78,14 +96,19 @@ pub struct FrameNames {
 }
 
 impl FrameNames {
-    pub fn new() -> FrameNames {
-        FrameNames::default()
+    pub fn new(options: SymbolOptions) -> FrameNames {
+        FrameNames {
+            shared: Arc::new(Mutex::new(Names {
+                options,
+                ..Names::default()
+            })),
+        }
     }
 
-    /// Looks at a record on its way to the writer: keeps the objects and the
-    /// executable, moves the trace's symbols aside. Returns false when the
-    /// record is not to be written (an `AddressSymbol`, now held here).
-    /// Events pass without taking the lock.
+    /// Looks at a record on its way to the writer: keeps the objects, the
+    /// executable and the frame addresses, moves the trace's symbols aside.
+    /// Returns false when the record is not to be written (an
+    /// `AddressSymbol`, now held here). Events pass without taking the lock.
     pub fn pass(&self, record: &mut Record) -> bool {
         if let Record::Event(_) = record {
             return true;
@@ -100,6 +123,7 @@ impl FrameNames {
             }
             Record::Stack(s) => {
                 for f in s.frames.iter_mut().filter(|f| f.address != 0) {
+                    names.addresses.insert(f.address);
                     if let Some(sym) = f.symbol.take() {
                         names.trace.entry(f.address).or_insert(sym);
                     }
@@ -125,7 +149,7 @@ impl FrameNames {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use format_writers::{Frame, Stack};
+    use format_writers::Stack;
 
     fn sym(function: &str, file: &str, line: u32) -> Symbol {
         Symbol {
@@ -137,7 +161,7 @@ mod tests {
 
     #[test]
     fn trace_symbols_are_moved_aside_and_served_when_binaries_are_missing() {
-        let names = FrameNames::new();
+        let names = FrameNames::new(SymbolOptions::default());
         let mut obj = Record::Object(Object {
             path: "/nonexistent/app".into(),
             load_address: 0x40_0000,
@@ -157,6 +181,10 @@ mod tests {
                 },
                 Frame {
                     address: 0x40_0200,
+                    symbol: None,
+                },
+                Frame {
+                    address: 0x40_0300,
                     symbol: None,
                 },
             ],
