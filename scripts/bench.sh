@@ -45,15 +45,21 @@ measure() {
     echo "$tag $(cat "$d/time")" >> "$work/times"
 }
 
-# workload NAME CMD...: RUNS interleaved rounds of untraced / libtracer / heaptrack
+# workload NAME "VAR=VALUE ..." CMD...: RUNS interleaved rounds of untraced /
+# libtracer / heaptrack. The variables are set for the program in all three runs
+# (not passed through `env` as a program: heaptrack would then trace `env` alone,
+# as it removes its preload from the environment of the programs it starts).
 workload() {
-    local name=$1; shift
+    local name=$1 vars=$2; shift 2
     : > "$work/times"
     for _ in $(seq "$RUNS"); do
-        measure base "$@"
-        measure libtracer env LD_PRELOAD="$LIB" TRACER_QUIET=1 TRACER_OUTPUT="trace" "$@"
+        # shellcheck disable=SC2086
+        measure base env $vars "$@"
+        # shellcheck disable=SC2086
+        measure libtracer env $vars LD_PRELOAD="$LIB" TRACER_QUIET=1 TRACER_OUTPUT="trace" "$@"
         if [ $have_heaptrack = 1 ]; then
-            measure heaptrack heaptrack -r -o "$work/run-heaptrack/ht" "$@"
+            # shellcheck disable=SC2086
+            measure heaptrack env $vars heaptrack -r -o "$work/run-heaptrack/ht" "$@"
         fi
     done
     python3 - "$name" "$work/times" <<'PY'
@@ -79,11 +85,14 @@ echo "## Recording overhead (median of $RUNS runs; wall time ratio to untraced, 
 echo
 echo "| workload | untraced | libtracer | heaptrack -r |"
 echo "| --- | --- | --- | --- |"
-workload "alloc_chain 1M pairs, 20 deep, frame pointers" "$work/chain_fp" 1000000
-workload "alloc_chain 1M pairs, 20 deep, no frame pointers" "$work/chain_nofp" 1000000
-workload "alloc_chain 1M pairs, 2 threads" "$work/chain_fp" 1000000 2
-workload "python3 300k-entry dict, PYTHONMALLOC=malloc" env PYTHONMALLOC=malloc PYTHONHASHSEED=0 python3 -c 'd = {str(i): i for i in range(300000)}'
-workload "perl 300k-entry hash" perl -e 'my %h; $h{$_} = $_ for 1..300000;'
+PY=/usr/bin/python3
+[ -x $PY ] || PY=$(command -v python3)
+workload "alloc_chain 1M pairs, 20 deep, frame pointers" "" "$work/chain_fp" 1000000
+workload "alloc_chain 1M pairs, 20 deep, no frame pointers" "" "$work/chain_nofp" 1000000
+workload "alloc_chain 1M pairs, 2 threads" "" "$work/chain_fp" 1000000 2
+workload "python3 300k-entry dict, PYTHONMALLOC=malloc" "PYTHONMALLOC=malloc PYTHONHASHSEED=0" $PY -c 'd = {str(i): i for i in range(300000)}'
+workload "perl 300k-entry hash" "" /usr/bin/perl -e 'my %h; $h{$_} = $_ for 1..300000;'
+workload "ls -l /usr/bin (short process)" "" /bin/ls -l /usr/bin
 echo
 
 echo "## Decoding (10M events: alloc_chain 5M pairs)"
