@@ -6,7 +6,8 @@ cd "$(dirname "$0")/.."
 cargo build --release --workspace
 out=$(mktemp -d)
 if [ $# -eq 0 ]; then
-  set -- python3 -c 'd = {str(i): [i] * 3 for i in range(20000)}; print(len(d))'
+  py=/usr/bin/python3; [ -x "$py" ] || py=python3
+  set -- "$py" -c 'd = {str(i): [i] * 3 for i in range(20000)}; print(len(d))'
 fi
 target/release/tracer run --output "$out/demo" -- "$@"
 for f in "$out"/demo*.mlyze; do
