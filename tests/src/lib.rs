@@ -495,6 +495,38 @@ pub fn recover_spools(run: &mut Traced) -> usize {
     left.len()
 }
 
+/// The process record and the system calls of a syscall capture (`.tlv`)
+/// file, in file order.
+pub fn read_syscalls(path: &Path) -> (Process, Vec<format_writers::Syscall>) {
+    let (_, reader) =
+        format_writers::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut process = None;
+    let mut calls = Vec::new();
+    for record in reader {
+        match record.unwrap_or_else(|e| panic!("{}: {e}", path.display())) {
+            Record::Process(p) => process = Some(p),
+            Record::Event(Event::Syscall(s)) => calls.push(s),
+            _ => {}
+        }
+    }
+    let process = process.unwrap_or_else(|| panic!("{}: no process record", path.display()));
+    (process, calls)
+}
+
+/// The `.tlv` files of a run, by the pid their process record names.
+pub fn syscall_traces(run: &Traced) -> BTreeMap<u32, Vec<PathBuf>> {
+    let mut by_pid: BTreeMap<u32, Vec<PathBuf>> = BTreeMap::new();
+    for f in run
+        .files
+        .iter()
+        .filter(|f| f.extension().is_some_and(|e| e == "tlv"))
+    {
+        let (p, _) = read_syscalls(f);
+        by_pid.entry(p.pid).or_default().push(f.clone());
+    }
+    by_pid
+}
+
 /// The only trace of a single-process run.
 pub fn single_trace(run: &Traced) -> Trace {
     if run.files.len() != 1 {

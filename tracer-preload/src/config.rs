@@ -20,13 +20,42 @@ pub enum Unwind {
     Dwarf,
 }
 
+/// A profile written at exit from the aggregated allocation events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Profile {
+    /// MALT JSON (`.malt.json`).
+    Malt,
+    /// callgrind (`.callgrind`).
+    Callgrind,
+}
+
+impl Profile {
+    /// The file extension, without the dot.
+    pub fn extension(self) -> &'static str {
+        match self {
+            Profile::Malt => "malt.json",
+            Profile::Callgrind => "callgrind",
+        }
+    }
+}
+
+/// The default of `TRACER_SYSCALLS`.
+pub const DEFAULT_SYSCALLS: &str = "%file,%net,%mem,%process";
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
     /// Allocation trace formats to write, one file each (never empty when
     /// `enabled`).
     pub formats: Vec<Format>,
-    /// `TRACER_FORMAT` asked for `tlv` (syscall capture is not available yet).
+    /// `TRACER_FORMAT` asked for `tlv`: system calls are captured.
     pub wants_syscalls: bool,
+    /// Profiles written at exit from the allocation events (`malt`,
+    /// `callgrind`).
+    pub profiles: Vec<Profile>,
+    /// System call numbers to capture (`TRACER_SYSCALLS`), sorted.
+    pub syscalls: Vec<u16>,
+    /// Bytes of buffer contents kept per buffer argument (`TRACER_SYSCALL_DATA`).
+    pub syscall_data: usize,
     pub output: String,
     pub stack_depth: usize,
     pub unwind: Unwind,
@@ -43,6 +72,9 @@ impl Default for Config {
         Config {
             formats: vec![Format::Mlyze],
             wants_syscalls: false,
+            profiles: Vec::new(),
+            syscalls: Vec::new(),
+            syscall_data: 0,
             output: DEFAULT_OUTPUT.to_string(),
             stack_depth: DEFAULT_DEPTH,
             unwind: Unwind::Dwarf,
@@ -69,33 +101,64 @@ impl Config {
                     "mlyze" => push_once(&mut formats, Format::Mlyze),
                     "dumpalloc" => push_once(&mut formats, Format::Dumpalloc),
                     "tlv" => c.wants_syscalls = true,
+                    "malt" => push_once(&mut c.profiles, Profile::Malt),
+                    "callgrind" => push_once(&mut c.profiles, Profile::Callgrind),
                     other => bad.push(other.to_string()),
                 }
             }
-            let fallback = formats.is_empty() && !c.wants_syscalls;
+            let fallback = formats.is_empty() && !c.wants_syscalls && c.profiles.is_empty();
             if !bad.is_empty() {
                 complaints.push(format!(
-                    "TRACER_FORMAT: unknown format {} (accepted: mlyze, dumpalloc, tlv); {}",
+                    "TRACER_FORMAT: unknown format {} (accepted: {ACCEPTED_FORMATS}); {}",
                     quoted_list(&bad),
                     if fallback { "using mlyze" } else { "ignored" }
                 ));
             } else if fallback {
-                complaints.push(
-                    "TRACER_FORMAT: empty (accepted: mlyze, dumpalloc, tlv); using mlyze"
-                        .to_string(),
-                );
-            }
-            if c.wants_syscalls {
-                complaints.push(
-                    "TRACER_FORMAT: tlv (syscall capture) is not available yet; no syscall trace will be written"
-                        .to_string(),
-                );
+                complaints.push(format!(
+                    "TRACER_FORMAT: empty (accepted: {ACCEPTED_FORMATS}); using mlyze"
+                ));
             }
             if fallback {
                 formats.push(Format::Mlyze);
             }
-            c.enabled = !formats.is_empty();
             c.formats = formats;
+            c.enabled = c.allocations() || c.wants_syscalls;
+        }
+
+        if c.wants_syscalls {
+            let spec = get("TRACER_SYSCALLS");
+            let chosen = spec
+                .as_deref()
+                .map(|s| (s, format_writers::syscalls::selection(s)));
+            c.syscalls = match chosen {
+                Some((_, Ok(list))) if !list.is_empty() => list,
+                Some((s, result)) => {
+                    let why = match result {
+                        Err(e) => e,
+                        Ok(_) => "empty".to_string(),
+                    };
+                    complaints.push(format!(
+                        "TRACER_SYSCALLS: {s:?}: {why}; using {DEFAULT_SYSCALLS}"
+                    ));
+                    default_syscalls()
+                }
+                None => default_syscalls(),
+            };
+        }
+
+        if let Some(v) = get("TRACER_SYSCALL_DATA") {
+            match v.trim().parse::<u64>() {
+                Ok(n) if n as usize <= MAX_SYSCALL_DATA => c.syscall_data = n as usize,
+                Ok(_) => {
+                    complaints.push(format!(
+                        "TRACER_SYSCALL_DATA: {v:?} is too large (accepted: 0 to {MAX_SYSCALL_DATA} bytes); using {MAX_SYSCALL_DATA}"
+                    ));
+                    c.syscall_data = MAX_SYSCALL_DATA;
+                }
+                Err(_) => complaints.push(format!(
+                    "TRACER_SYSCALL_DATA: {v:?} is not a number (accepted: 0 to {MAX_SYSCALL_DATA} bytes of each buffer); using 0"
+                )),
+            }
         }
 
         if let Some(v) = get("TRACER_OUTPUT") {
@@ -165,7 +228,23 @@ impl Config {
     }
 }
 
-fn push_once(v: &mut Vec<Format>, f: Format) {
+impl Config {
+    /// Whether allocations are traced (some output uses them).
+    pub fn allocations(&self) -> bool {
+        !self.formats.is_empty() || !self.profiles.is_empty()
+    }
+}
+
+const ACCEPTED_FORMATS: &str = "mlyze, dumpalloc, tlv, malt, callgrind";
+
+/// Largest `TRACER_SYSCALL_DATA` (what one argument element can hold).
+pub const MAX_SYSCALL_DATA: usize = 65_531;
+
+fn default_syscalls() -> Vec<u16> {
+    format_writers::syscalls::selection(DEFAULT_SYSCALLS).unwrap_or_default()
+}
+
+fn push_once<T: PartialEq>(v: &mut Vec<T>, f: T) {
     if !v.contains(&f) {
         v.push(f);
     }
@@ -276,7 +355,7 @@ mod tests {
         assert_eq!(c.formats, vec![Format::Mlyze]);
         assert_eq!(
             complaints,
-            vec!["TRACER_FORMAT: unknown format \"xml\" (accepted: mlyze, dumpalloc, tlv); using mlyze"]
+            vec!["TRACER_FORMAT: unknown format \"xml\" (accepted: mlyze, dumpalloc, tlv, malt, callgrind); using mlyze"]
         );
         let (c, complaints) = cfg(&[("TRACER_FORMAT", "dumpalloc,xml")]);
         assert_eq!(c.formats, vec![Format::Dumpalloc]);
@@ -285,15 +364,63 @@ mod tests {
     }
 
     #[test]
-    fn tlv_alone_disables_allocation_tracing_and_says_so() {
+    fn tlv_alone_captures_syscalls_without_allocations() {
         let (c, complaints) = cfg(&[("TRACER_FORMAT", "tlv")]);
-        assert!(!c.enabled);
-        assert!(c.wants_syscalls);
-        assert_eq!(complaints.len(), 1);
-        assert!(complaints[0].contains("not available yet"));
+        assert!(complaints.is_empty(), "{complaints:?}");
+        assert!(c.enabled && c.wants_syscalls && !c.allocations());
+        assert!(c.formats.is_empty());
+        // The four groups: openat (257), connect (42), mmap (9), wait4 (61).
+        for nr in [257, 42, 9, 61, 231, 59] {
+            assert!(c.syscalls.contains(&nr), "{nr} in the default selection");
+        }
+        assert!(!c.syscalls.contains(&39), "getpid is in no default group");
+        assert_eq!(c.syscall_data, 0);
         let (c, _) = cfg(&[("TRACER_FORMAT", "tlv,mlyze")]);
-        assert!(c.enabled);
+        assert!(c.enabled && c.wants_syscalls && c.allocations());
         assert_eq!(c.formats, vec![Format::Mlyze]);
+    }
+
+    #[test]
+    fn syscall_selection_and_data() {
+        let (c, complaints) = cfg(&[
+            ("TRACER_FORMAT", "tlv"),
+            ("TRACER_SYSCALLS", "read, %mem"),
+            ("TRACER_SYSCALL_DATA", "64"),
+        ]);
+        assert!(complaints.is_empty(), "{complaints:?}");
+        assert_eq!(c.syscalls, vec![0, 9, 10, 11, 12, 25, 28]);
+        assert_eq!(c.syscall_data, 64);
+        let (c, _) = cfg(&[("TRACER_FORMAT", "tlv"), ("TRACER_SYSCALLS", "all")]);
+        assert!(c.syscalls.len() > 300);
+        let (c, complaints) = cfg(&[
+            ("TRACER_FORMAT", "tlv"),
+            ("TRACER_SYSCALLS", "read,bogus"),
+            ("TRACER_SYSCALL_DATA", "lots"),
+        ]);
+        assert_eq!(complaints.len(), 2, "{complaints:?}");
+        assert!(complaints[0].starts_with(
+            "TRACER_SYSCALLS: \"read,bogus\": unknown system call or group \"bogus\""
+        ));
+        assert!(complaints[0].ends_with("using %file,%net,%mem,%process"));
+        assert!(complaints[1].starts_with("TRACER_SYSCALL_DATA: \"lots\" is not a number"));
+        assert_eq!(c.syscalls, default_syscalls());
+        assert_eq!(c.syscall_data, 0);
+        let (c, complaints) = cfg(&[("TRACER_FORMAT", "tlv"), ("TRACER_SYSCALL_DATA", "100000")]);
+        assert_eq!(c.syscall_data, MAX_SYSCALL_DATA);
+        assert_eq!(complaints.len(), 1);
+        // Without tlv, TRACER_SYSCALLS selects nothing.
+        let (c, complaints) = cfg(&[("TRACER_SYSCALLS", "read")]);
+        assert!(complaints.is_empty() && c.syscalls.is_empty() && !c.wants_syscalls);
+    }
+
+    #[test]
+    fn profiles_are_outputs_of_their_own() {
+        let (c, complaints) = cfg(&[("TRACER_FORMAT", "malt,callgrind,malt")]);
+        assert!(complaints.is_empty());
+        assert!(c.formats.is_empty());
+        assert_eq!(c.profiles, vec![Profile::Malt, Profile::Callgrind]);
+        assert!(c.enabled && c.allocations() && !c.wants_syscalls);
+        assert_eq!(Profile::Malt.extension(), "malt.json");
     }
 
     #[test]

@@ -14,7 +14,7 @@
 
 use libc::{c_char, c_int, c_uint, c_void, size_t};
 
-use crate::{fds, lifecycle, sys, tls};
+use crate::{fds, lifecycle, sys, syscalls, tls};
 
 // ---------------------------------------------------------------- allocation
 
@@ -136,25 +136,55 @@ fn program_call() -> bool {
 pub unsafe fn close(fd: c_int) -> c_int {
     if fds::is_ours(fd) {
         if program_call() {
-            return 0; // pretend: the trace file stays open
+            return 0; // pretend: the trace file stays open (no system call)
         }
         fds::forget(fd); // the tracer closing its own file
     }
-    libc::syscall(libc::SYS_close, fd) as c_int
+    let t0 = syscalls::start(NR_CLOSE);
+    let rc = libc::syscall(libc::SYS_close, fd) as c_int;
+    if let Some(t0) = t0 {
+        syscalls::done(NR_CLOSE, t0, i64::from(rc), |a| a.fd(fd));
+    }
+    rc
+}
+
+use syscalls::hooks::nr::{CLOSE as NR_CLOSE, DUP2 as NR_DUP2, DUP3 as NR_DUP3};
+
+/// Moves a trace descriptor of ours away from `new` before the program's
+/// `dup2`/`dup3` reuses the number (not in a `vfork` child: its descriptor
+/// table is its own, the registry is the parent's).
+fn make_room(old: c_int, new: c_int) {
+    if program_call() && old != new && !tls::vforked() {
+        let _g = tls::enter();
+        fds::evacuate(new);
+    }
 }
 
 pub unsafe fn dup2(old: c_int, new: c_int) -> c_int {
-    if program_call() && old != new {
-        fds::evacuate(new);
+    make_room(old, new);
+    let t0 = syscalls::start(NR_DUP2);
+    let rc = libc::syscall(libc::SYS_dup2, old, new) as c_int;
+    if let Some(t0) = t0 {
+        syscalls::done(NR_DUP2, t0, i64::from(rc), |a| {
+            a.fd(old);
+            a.fd(new);
+        });
     }
-    libc::syscall(libc::SYS_dup2, old, new) as c_int
+    rc
 }
 
 pub unsafe fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
-    if program_call() && old != new {
-        fds::evacuate(new);
+    make_room(old, new);
+    let t0 = syscalls::start(NR_DUP3);
+    let rc = libc::syscall(libc::SYS_dup3, old, new, flags) as c_int;
+    if let Some(t0) = t0 {
+        syscalls::done(NR_DUP3, t0, i64::from(rc), |a| {
+            a.fd(old);
+            a.fd(new);
+            a.flags(flags as u32 as u64);
+        });
     }
-    libc::syscall(libc::SYS_dup3, old, new, flags) as c_int
+    rc
 }
 
 pub unsafe fn close_range(first: c_uint, last: c_uint, flags: c_int) -> c_int {
@@ -206,6 +236,7 @@ pub unsafe fn closefrom(low: c_int) {
 // ---------------------------------------------------------------- exit
 
 pub fn exit_now(status: c_int) -> ! {
+    syscalls::record_exit_group(status, false);
     lifecycle::before_exit();
     sys::raw_exit_group(status)
 }
@@ -343,6 +374,7 @@ unsafe fn exec_common(
     search_path: bool,
 ) -> c_int {
     let traced = lifecycle::is_traced_process();
+    let captured = syscalls::before_exec(file, argv, envp);
     let resume = traced && lifecycle::before_exec();
     let (_owned, rewritten) = exec_env(envp);
     let envp = if rewritten.is_empty() {
@@ -362,8 +394,13 @@ unsafe fn exec_common(
         libc::syscall(libc::SYS_execve, file, argv, envp) as c_int
     };
     let err = sys::errno();
+    let returned = sys::now_ns();
     if resume {
         lifecycle::after_failed_exec();
+    }
+    if let Some(t0) = captured {
+        sys::set_errno(err);
+        syscalls::exec_failed(t0, returned, file, argv, envp);
     }
     sys::set_errno(err);
     rc

@@ -21,6 +21,7 @@
 //! | [`fds`] | keeping the trace descriptors out of the program's reach |
 //! | [`config`] | `TRACER_*` environment variables |
 //! | [`preload`] | `LD_PRELOAD` editing for `TRACER_FOLLOW_EXEC=0` |
+//! | [`syscalls`] | system call capture (`TRACER_FORMAT=tlv`); its wrappers (`read`, `openat`, `connect`, `mmap`, `fork`, `vfork`, `pthread_create`, `exit`, …) are exported from `syscalls::hooks` |
 
 // The exported functions' safety contracts are those of the C functions of the
 // same names (glibc's manual pages); restating them on each would add nothing.
@@ -38,7 +39,10 @@ mod intern;
 mod lifecycle;
 mod objects;
 mod preload;
+// The exported wrappers are not built into unit tests.
 mod sys;
+#[cfg_attr(test, allow(dead_code))]
+mod syscalls;
 mod tls;
 mod unwind;
 mod writer;

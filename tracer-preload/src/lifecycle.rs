@@ -35,7 +35,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender, TrySendError};
-use format_writers::{dumpalloc, mlyze, output, Format, Process, TraceWriter};
+use format_writers::{
+    callgrind, dumpalloc, malt, mlyze, output, tlv, Format, Process, Syscall, TraceWriter,
+};
 
 use crate::config::{self, Config, Unwind};
 use crate::intern::{stack_key, NO_STACK};
@@ -59,6 +61,8 @@ static CONTROL: AtomicPtr<Control> = AtomicPtr::new(core::ptr::null_mut());
 static WRITER_THREAD: AtomicU64 = AtomicU64::new(0);
 static WRITER_RUNNING: AtomicBool = AtomicBool::new(false);
 static CONFIG: AtomicPtr<Config> = AtomicPtr::new(core::ptr::null_mut());
+/// Allocation events are wanted (false when only system calls are written).
+static ALLOCS: AtomicBool = AtomicBool::new(true);
 
 /// Messages the channel holds (48 bytes each: 768 KiB).
 const CHANNEL_CAPACITY: usize = 16 * 1024;
@@ -237,7 +241,7 @@ fn active() -> bool {
 /// A new block exists (called after the real allocation returned it).
 #[inline]
 pub fn on_alloc(addr: u64, size: u64, from_realloc: bool) {
-    if !active() {
+    if !active() || !ALLOCS.load(Ordering::Relaxed) {
         return;
     }
     let Some(_g) = tls::enter() else { return };
@@ -259,7 +263,7 @@ pub fn on_alloc(addr: u64, size: u64, from_realloc: bool) {
 /// `realloc`, the release is provisional until the realloc's outcome is known.
 #[inline]
 pub fn on_free(addr: u64, realloc: bool) {
-    if !active() {
+    if !active() || !ALLOCS.load(Ordering::Relaxed) {
         return;
     }
     let Some(_g) = tls::enter() else { return };
@@ -275,7 +279,7 @@ pub fn on_free(addr: u64, realloc: bool) {
 
 /// The realloc announced by `on_free(_, true)` failed: the old block lives on.
 pub fn on_realloc_failed() {
-    if !active() {
+    if !active() || !ALLOCS.load(Ordering::Relaxed) {
         return;
     }
     let Some(_g) = tls::enter() else { return };
@@ -299,6 +303,11 @@ pub fn on_marker(name: &[u8]) {
     sys::set_errno(saved);
 }
 
+/// A captured system call (called inside the guard by `syscalls`).
+pub fn on_syscall(call: Box<Syscall>) {
+    deliver(Msg::Syscall(call));
+}
+
 // ---------------------------------------------------------------- start-up
 
 /// Our constructor: configuration, files, writer thread, fork and exit
@@ -315,6 +324,10 @@ pub fn constructor() {
     crate::cfi::init();
     DEPTH.store(cfg.stack_depth, Ordering::Relaxed);
     UNWIND_FP.store(cfg.unwind == Unwind::Fp, Ordering::Relaxed);
+    ALLOCS.store(cfg.allocations(), Ordering::Relaxed);
+    if cfg.enabled && cfg.wants_syscalls {
+        crate::syscalls::configure(&cfg.syscalls, cfg.syscall_data);
+    }
     CONFIG.store(Box::into_raw(Box::new(cfg)), Ordering::Release);
     // SAFETY: the handlers are plain functions that stay valid for the life of
     // the process; registering them has no other precondition.
@@ -352,6 +365,13 @@ fn absolute(p: PathBuf) -> PathBuf {
     std::env::current_dir().map(|d| d.join(&p)).unwrap_or(p)
 }
 
+/// What one output file holds.
+#[derive(Clone, Copy)]
+enum Kind {
+    Trace(Format),
+    Profile(config::Profile),
+}
+
 fn create_outputs(cfg: &Config, pid: u32) -> Vec<Output> {
     let exe = exe_name();
     let names = config::Names {
@@ -359,27 +379,35 @@ fn create_outputs(cfg: &Config, pid: u32) -> Vec<Output> {
         exe: &exe,
         start_secs: START_NS.load(Ordering::Relaxed) / 1_000_000_000,
     };
+    let mut kinds: Vec<Kind> = cfg.formats.iter().map(|&f| Kind::Trace(f)).collect();
+    if cfg.wants_syscalls {
+        kinds.push(Kind::Trace(Format::Tlv));
+    }
+    kinds.extend(cfg.profiles.iter().map(|&p| Kind::Profile(p)));
     let mut outputs = Vec::new();
-    for &format in &cfg.formats {
-        let ext = format.extension();
+    for kind in kinds {
+        let (ext, name) = match kind {
+            Kind::Trace(f) => (f.extension(), f.name()),
+            Kind::Profile(p) => (p.extension(), p.extension()),
+        };
         // Absolute now: the program may change directory before the writer
         // finishes (and deletes the spool by name).
         let wanted = config::expand_output(&cfg.output, &names, ext);
         let wanted = absolute(PathBuf::from(wanted))
             .to_string_lossy()
             .into_owned();
-        let created = match format {
-            Format::Mlyze => create_mlyze(&wanted),
-            Format::Dumpalloc => create_dumpalloc(&wanted),
-            Format::Tlv => continue,
+        let created = match kind {
+            Kind::Trace(Format::Mlyze) => create_mlyze(&wanted),
+            Kind::Trace(Format::Dumpalloc) => create_dumpalloc(&wanted),
+            Kind::Trace(Format::Tlv) => create_tlv(&wanted),
+            Kind::Profile(p) => create_profile(&wanted, p),
         };
         let (path, slots, writer) = match created {
             Ok(x) => x,
             Err(e) => {
                 if !cfg.quiet {
                     sys::stderr_line(&format!(
-                        "TRACER_OUTPUT: cannot create {wanted}: {e}; no {} trace will be written",
-                        format.name()
+                        "TRACER_OUTPUT: cannot create {wanted}: {e}; no {name} trace will be written"
                     ));
                 }
                 continue;
@@ -392,9 +420,39 @@ fn create_outputs(cfg: &Config, pid: u32) -> Vec<Output> {
             path,
             slots,
             writer,
+            syscalls: matches!(kind, Kind::Trace(Format::Tlv)),
         });
     }
     outputs
+}
+
+/// The syscall capture file: the TLV writer buffers, then writes through a
+/// movable descriptor of ours.
+fn create_tlv(wanted: &str) -> std::io::Result<Created> {
+    let (file, path) = output::create_exclusive(std::path::Path::new(wanted), "tlv")?;
+    let Some(slot) = fds::register(file.into_raw_fd()) else {
+        return Err(std::io::Error::other("too many trace files"));
+    };
+    Ok((
+        path,
+        vec![slot],
+        Box::new(tlv::Writer::new(fds::FdSink::new(slot))),
+    ))
+}
+
+/// MALT JSON and callgrind profiles: aggregated as the events arrive,
+/// written at the end.
+fn create_profile(wanted: &str, profile: config::Profile) -> std::io::Result<Created> {
+    let (file, path) = output::create_exclusive(std::path::Path::new(wanted), profile.extension())?;
+    let Some(slot) = fds::register(file.into_raw_fd()) else {
+        return Err(std::io::Error::other("too many trace files"));
+    };
+    let sink = BufWriter::with_capacity(64 * 1024, fds::FdSink::new(slot));
+    let writer: Box<dyn TraceWriter> = match profile {
+        config::Profile::Malt => Box::new(malt::Writer::new(sink)),
+        config::Profile::Callgrind => Box::new(callgrind::Writer::new(sink)),
+    };
+    Ok((path, vec![slot], writer))
 }
 
 type Created = (PathBuf, Vec<usize>, Box<dyn TraceWriter>);
@@ -727,6 +785,7 @@ pub fn before_abort() {
 }
 
 extern "C" fn at_exit() {
+    crate::syscalls::before_exit_handler();
     stop_writer(true);
 }
 

@@ -23,6 +23,9 @@ struct SentCache {
 
 thread_local! {
     static BUSY: Cell<bool> = const { Cell::new(false) };
+    /// Set by our `vfork` around the system call: the child runs on this
+    /// thread's memory, and must never record into the parent's trace.
+    static VFORK: Cell<bool> = const { Cell::new(false) };
     static TID: Cell<u32> = const { Cell::new(0) };
     static STACK_BOUNDS: Cell<(u64, u64)> = const { Cell::new((0, 0)) };
 
@@ -47,6 +50,9 @@ impl Drop for Guard {
 /// (a libc call made by the tracer that allocated, or the writer thread).
 #[inline]
 pub fn enter() -> Option<Guard> {
+    if vforked() {
+        return None;
+    }
     BUSY.try_with(|b| {
         if b.get() {
             None
@@ -63,6 +69,17 @@ pub fn enter() -> Option<Guard> {
 #[inline]
 pub fn inside() -> bool {
     BUSY.try_with(|b| b.get()).unwrap_or(true)
+}
+
+/// Whether this thread is a `vfork` child's (or its parent's, suspended).
+#[inline]
+pub fn vforked() -> bool {
+    VFORK.try_with(|b| b.get()).unwrap_or(false)
+}
+
+/// Set before the `vfork` system call, cleared when it returned in the parent.
+pub fn set_vforked(v: bool) {
+    let _ = VFORK.try_with(|b| b.set(v));
 }
 
 /// Marks this thread as the tracer's own for good (the writer thread): every

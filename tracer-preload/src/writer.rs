@@ -17,7 +17,8 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
 use format_writers::{
-    Alloc, Event, Frame, Free, Marker, Object, Process, Record, Stack, Symbol, Thread, TraceWriter,
+    Alloc, Event, Frame, Free, Marker, Object, Process, Record, Stack, Symbol, Syscall, Thread,
+    TraceWriter,
 };
 
 use crate::intern::{Interned, StackTable, NO_STACK};
@@ -60,6 +61,9 @@ pub enum Msg {
         tid: u32,
         name: Box<str>,
     },
+    /// A captured system call, complete (see `syscalls`); it goes to the
+    /// syscall outputs only.
+    Syscall(Box<Syscall>),
 }
 
 /// One output file.
@@ -68,6 +72,9 @@ pub struct Output {
     /// Registry slots of the output's descriptors (see `fds`).
     pub slots: Vec<usize>,
     pub writer: Box<dyn TraceWriter>,
+    /// The syscall capture file (`.tlv`): it receives the system calls, and
+    /// the allocation outputs never do.
+    pub syscalls: bool,
 }
 
 /// Shared between the writer thread and whoever stops it.
@@ -241,6 +248,25 @@ impl State {
         }
     }
 
+    /// A system call, to the syscall outputs only (their times are kept as
+    /// taken: calls are queued when they return, not when they started).
+    fn emit_syscall(&mut self, call: Syscall) {
+        if self.failed {
+            return;
+        }
+        let record = Record::Event(Event::Syscall(call));
+        for out in self.outputs.iter_mut().filter(|o| o.syscalls) {
+            if let Err(e) = out.writer.write(&record) {
+                crate::sys::stderr_line(&format!(
+                    "cannot write {}: {e}; the trace stops here",
+                    out.path.display()
+                ));
+                self.failed = true;
+                return;
+            }
+        }
+    }
+
     fn flush(&mut self) {
         if self.failed {
             return;
@@ -338,12 +364,12 @@ impl State {
                 key,
                 from_realloc,
             } => {
+                let time_ns = self.time(time_ns);
                 if !self.pending.is_empty() {
-                    self.settle_pending(tid, addr, from_realloc);
+                    self.settle_pending(tid, addr, from_realloc, time_ns);
                 }
                 let stack = self.stack_id(key);
                 self.thread(tid);
-                let time_ns = self.time(time_ns);
                 self.emit(&Record::Event(Event::Alloc(Alloc {
                     time_ns,
                     thread: tid,
@@ -367,18 +393,25 @@ impl State {
                     name: name.into(),
                 })));
             }
+            Msg::Syscall(call) => self.emit_syscall(*call),
         }
     }
 
     /// Emits the `Free` of a realloc's old block once it is certain: when the
     /// same thread reports the new block, or when any thread is handed the old
     /// address (which glibc can only do after the realloc released it).
-    fn settle_pending(&mut self, tid: u32, addr: u64, from_realloc: bool) {
+    ///
+    /// The free of a realloc's own result carries the new block's time
+    /// (`time_ns`) and thread, so the pair reads as one realloc: consumers
+    /// (MALT's realloc counts, `format_writers::aggregate`) recognise a
+    /// realloc as a free immediately followed by an allocation of the same
+    /// thread at the same time.
+    fn settle_pending(&mut self, tid: u32, addr: u64, from_realloc: bool, time_ns: u64) {
         let mut due = Vec::new();
         self.pending.retain_mut(|p| {
             let own = from_realloc && p.0 == tid;
             if (own || p.1 == addr) && !p.3 {
-                due.push((p.2, p.0, p.1));
+                due.push((if own { time_ns } else { p.2 }, p.0, p.1));
                 p.3 = true;
             }
             !own
@@ -490,6 +523,7 @@ mod tests {
             path: PathBuf::from("t"),
             slots: vec![],
             writer: Box::new(Collect(seen.clone())),
+            syscalls: false,
         };
         let st = State {
             outputs: vec![out],
@@ -564,6 +598,76 @@ mod tests {
         st.handle(alloc(1, 0xa0, true));
         assert_eq!(events(&seen), vec![('F', 1, 0xa0), ('A', 1, 0xa0)]);
         assert!(st.pending.is_empty());
+    }
+
+    #[test]
+    fn a_realloc_is_a_free_and_an_alloc_with_one_time_and_thread() {
+        let (mut st, seen) = state(8);
+        st.handle(alloc(7, 0xa0, false)); // the old block, at time 10
+        st.handle(Msg::ReallocFree {
+            time_ns: 12,
+            tid: 7,
+            addr: 0xa0,
+        });
+        st.handle(Msg::Alloc {
+            time_ns: 19,
+            tid: 7,
+            addr: 0xb0,
+            size: 16,
+            key: NO_STACK,
+            from_realloc: true,
+        });
+        let times: Vec<(char, u64, u32)> = seen
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|r| match r {
+                Record::Event(Event::Alloc(a)) => Some(('A', a.time_ns, a.thread)),
+                Record::Event(Event::Free(f)) => Some(('F', f.time_ns, f.thread)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(times, vec![('A', 10, 7), ('F', 19, 7), ('A', 19, 7)]);
+        // The aggregate MALT and callgrind use counts it as one realloc.
+        let mut agg = format_writers::aggregate::Aggregate::new();
+        for r in seen.lock().unwrap().iter() {
+            agg.add(r);
+        }
+        assert_eq!(agg.reallocs, 1);
+    }
+
+    #[test]
+    fn syscalls_reach_the_syscall_outputs_only() {
+        let (mut st, alloc_seen) = state(8);
+        let tlv_seen = Arc::new(Mutex::new(Vec::new()));
+        st.outputs.push(Output {
+            path: PathBuf::from("s"),
+            slots: vec![],
+            writer: Box::new(Collect(tlv_seen.clone())),
+            syscalls: true,
+        });
+        let call = Syscall {
+            number: 1,
+            result: 3,
+            errno: None,
+            thread: Some(4),
+            time_ns: Some(3),
+            duration_ns: Some(2),
+            args: vec![],
+        };
+        st.handle(alloc(4, 0xa0, false));
+        st.handle(Msg::Syscall(Box::new(call.clone())));
+        let is_call = |r: &Record| matches!(r, Record::Event(Event::Syscall(_)));
+        assert!(!alloc_seen.lock().unwrap().iter().any(is_call));
+        let tlv = tlv_seen.lock().unwrap();
+        // Its time (3) stays as taken although an event at 10 came first.
+        assert_eq!(
+            tlv.iter().filter(|r| is_call(r)).collect::<Vec<_>>(),
+            vec![&Record::Event(Event::Syscall(call))]
+        );
+        assert!(tlv
+            .iter()
+            .any(|r| matches!(r, Record::Event(Event::Alloc(_)))));
     }
 
     #[test]
