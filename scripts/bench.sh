@@ -31,6 +31,7 @@ trap 'rm -rf "$work"' EXIT
 cc=${CC:-gcc}
 $cc -O2 -g -fno-omit-frame-pointer -pthread examples/bench/alloc_chain.c -o "$work/chain_fp"
 $cc -O2 -g -fomit-frame-pointer -pthread examples/bench/alloc_chain.c -o "$work/chain_nofp"
+$cc -O2 -g examples/bench/syscall_loop.c -o "$work/syscall_loop"
 
 have_heaptrack=0
 command -v heaptrack >/dev/null && have_heaptrack=1
@@ -93,6 +94,35 @@ workload "alloc_chain 1M pairs, 2 threads" "" "$work/chain_fp" 1000000 2
 workload "python3 300k-entry dict, PYTHONMALLOC=malloc" "PYTHONMALLOC=malloc PYTHONHASHSEED=0" $PY -c 'd = {str(i): i for i in range(300000)}'
 workload "perl 300k-entry hash" "" /usr/bin/perl -e 'my %h; $h{$_} = $_ for 1..300000;'
 workload "ls -l /usr/bin (short process)" "" /bin/ls -l /usr/bin
+echo
+
+echo "## Syscall capture (median of $RUNS runs; 800k small reads and writes on a pipe and a file)"
+echo
+echo "| workload | untraced | libtracer (TRACER_FORMAT=tlv, all groups) | strace -f |"
+echo "| --- | --- | --- | --- |"
+: > "$work/times"
+for _ in $(seq "$RUNS"); do
+    measure base "$work/syscall_loop" 200000
+    measure libtracer env LD_PRELOAD="$LIB" TRACER_QUIET=1 TRACER_FORMAT=tlv TRACER_SYSCALLS=all TRACER_OUTPUT="trace" "$work/syscall_loop" 200000
+    if command -v strace >/dev/null; then
+        measure strace strace -f -o /dev/null "$work/syscall_loop" 200000
+    fi
+done
+python3 - "$work/times" <<'PY'
+import statistics, sys
+rows = {}
+for line in open(sys.argv[1]):
+    tag, wall, rss = line.split()
+    rows.setdefault(tag, []).append(float(wall))
+base = statistics.median(rows["base"])
+cells = ["syscall_loop 200k rounds", f"{base*1000:.0f} ms"]
+for tag in ("libtracer", "strace"):
+    if tag in rows:
+        w = statistics.median(rows[tag]); cells.append(f"{w/base:.2f}x ({w*1000:.0f} ms)")
+    else:
+        cells.append("n/a")
+print("| " + " | ".join(cells) + " |")
+PY
 echo
 
 echo "## Decoding (10M events: alloc_chain 5M pairs)"
