@@ -149,7 +149,7 @@ type FindObjectFn = unsafe extern "C" fn(*mut libc::c_void, *mut DlFindObject) -
 /// The rule for the frame whose return address is `ip` (looked up at `ip-1`,
 /// inside the call instruction).
 #[cold]
-fn compute(ip: u64) -> Rule {
+pub(crate) fn compute(ip: u64) -> Rule {
     use gimli::{
         BaseAddresses, CfaRule, EhFrame, EhFrameHdr, NativeEndian, RegisterRule, UnwindSection,
         X86_64,

@@ -63,6 +63,8 @@ pub struct Config {
     pub follow_exec: bool,
     pub quiet: bool,
     pub manifest: Option<String>,
+    /// `TRACER_LEAK_SCAN`: classify the blocks live at exit by reachability.
+    pub leak_scan: bool,
     /// False when nothing is left to write.
     pub enabled: bool,
 }
@@ -82,6 +84,7 @@ impl Default for Config {
             follow_exec: true,
             quiet: false,
             manifest: None,
+            leak_scan: true,
             enabled: true,
         }
     }
@@ -207,6 +210,7 @@ impl Config {
             ("TRACER_FOLLOW_FORK", &mut c.follow_fork),
             ("TRACER_FOLLOW_EXEC", &mut c.follow_exec),
             ("TRACER_QUIET", &mut c.quiet),
+            ("TRACER_LEAK_SCAN", &mut c.leak_scan),
         ] {
             if let Some(v) = get(name) {
                 match parse_bool(&v) {
@@ -340,6 +344,18 @@ mod tests {
         assert_eq!(c.unwind, Unwind::Dwarf);
         assert!(c.follow_fork && c.follow_exec && !c.quiet && c.enabled);
         assert_eq!(c.manifest, None);
+        assert!(c.leak_scan);
+    }
+
+    #[test]
+    fn leak_scan_switch() {
+        assert!(!cfg(&[("TRACER_LEAK_SCAN", "0")]).0.leak_scan);
+        let (c, complaints) = cfg(&[("TRACER_LEAK_SCAN", "sometimes")]);
+        assert!(c.leak_scan);
+        assert_eq!(
+            complaints,
+            vec!["TRACER_LEAK_SCAN: \"sometimes\" is not 0 or 1; using 1"]
+        );
     }
 
     #[test]

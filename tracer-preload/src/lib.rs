@@ -18,6 +18,7 @@
 //! | [`intern`] | stack keys and the writer's stack table |
 //! | [`writer`] | the background writer thread |
 //! | [`objects`] | loaded objects from `dl_iterate_phdr` |
+//! | [`scan`] | reachability of the blocks live at exit (leak classes) |
 //! | [`fds`] | keeping the trace descriptors out of the program's reach |
 //! | [`config`] | `TRACER_*` environment variables |
 //! | [`preload`] | `LD_PRELOAD` editing for `TRACER_FOLLOW_EXEC=0` |
@@ -39,6 +40,8 @@ mod intern;
 mod lifecycle;
 mod objects;
 mod preload;
+#[cfg_attr(test, allow(dead_code))]
+mod scan;
 // The exported wrappers are not built into unit tests.
 mod sys;
 #[cfg_attr(test, allow(dead_code))]

@@ -328,6 +328,7 @@ pub fn constructor() {
     if cfg.enabled && cfg.wants_syscalls {
         crate::syscalls::configure(&cfg.syscalls, cfg.syscall_data);
     }
+    crate::scan::set_enabled(cfg.leak_scan);
     CONFIG.store(Box::into_raw(Box::new(cfg)), Ordering::Release);
     // SAFETY: the handlers are plain functions that stay valid for the life of
     // the process; registering them has no other precondition.
@@ -786,11 +787,19 @@ pub fn before_abort() {
 
 extern "C" fn at_exit() {
     crate::syscalls::before_exit_handler();
+    if is_traced_process() && crate::scan::enabled() {
+        let _g = tls::enter();
+        crate::scan::request(crate::scan::ExitPoint::here().above_exit());
+    }
     stop_writer(true);
 }
 
 /// `_exit`/`_Exit`: finish the files, then leave.
+#[inline(always)]
 pub fn before_exit() {
+    if is_traced_process() {
+        crate::scan::request(crate::scan::ExitPoint::here());
+    }
     stop_writer(true);
 }
 

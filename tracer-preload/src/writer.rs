@@ -22,7 +22,7 @@ use format_writers::{
 };
 
 use crate::intern::{Interned, StackTable, NO_STACK};
-use crate::{fds, objects, sys, tls};
+use crate::{fds, objects, scan, sys, tls};
 
 /// One message from a hook to the writer. Kept small (48 bytes) because the
 /// channel preallocates a slot per message.
@@ -122,6 +122,8 @@ struct State {
     /// Thread of the previous event (skips the set lookup for runs).
     last_tid: u32,
     failed: bool,
+    /// Blocks live in the stream written so far (for the scan at exit).
+    live: scan::Live,
 }
 
 /// Runs the writer until asked to stop; returns the receiver for reuse.
@@ -144,6 +146,7 @@ pub fn run(
         last_time: 0,
         last_tid: 0,
         failed: false,
+        live: scan::Live::default(),
     };
     st.emit(&Record::Process(setup.process));
     st.emit(&Record::Info(setup.info));
@@ -204,6 +207,13 @@ pub fn run(
             idle = (idle * 2).min(Duration::from_millis(10));
         } else {
             idle = Duration::from_micros(500);
+        }
+    }
+    if let Some(at) = scan::take_request() {
+        st.leak_scan(&at, ctl);
+        // What other threads did meanwhile follows the scan's records.
+        while let Ok(m) = rx.try_recv() {
+            st.handle(m);
         }
     }
     st.finish(ctl);
@@ -341,6 +351,7 @@ impl State {
     }
 
     fn free(&mut self, time_ns: u64, tid: u32, addr: u64) {
+        self.live.free(addr);
         self.thread(tid);
         let time_ns = self.time(time_ns);
         self.emit(&Record::Event(Event::Free(Free {
@@ -370,6 +381,7 @@ impl State {
                 }
                 let stack = self.stack_id(key);
                 self.thread(tid);
+                self.live.alloc(addr, size);
                 self.emit(&Record::Event(Event::Alloc(Alloc {
                     time_ns,
                     thread: tid,
@@ -442,6 +454,26 @@ impl State {
             if let Some(symbol) = resolve(a) {
                 self.emit(&Record::AddressSymbol { address: a, symbol });
             }
+        }
+    }
+
+    /// Classifies the blocks live now (see `scan`) and writes the classes.
+    fn leak_scan(&mut self, at: &scan::ExitPoint, ctl: &Control) {
+        ctl.progress.fetch_add(1, Ordering::Relaxed);
+        let (classes, stats) = scan::run(&mut self.live, at);
+        ctl.progress.fetch_add(1, Ordering::Relaxed);
+        if std::env::var_os("TRACER_SCAN_STATS").is_some() {
+            sys::stderr_line(&format!(
+                "leak scan: {} blocks, {} root bytes, {} us",
+                stats.blocks,
+                stats.root_bytes,
+                stats.nanos / 1000
+            ));
+        }
+        let time_ns = self.time(sys::now_ns());
+        self.emit(&Record::LeakScan { time_ns });
+        for (address, kind) in classes {
+            self.emit(&Record::BlockClass { address, kind });
         }
     }
 
@@ -536,6 +568,7 @@ mod tests {
             last_time: 0,
             last_tid: 0,
             failed: false,
+            live: scan::Live::default(),
         };
         (st, seen)
     }

@@ -1,0 +1,1017 @@
+//! Reachability at exit: which blocks still allocated when the process ends
+//! are leaked, with valgrind memcheck's four classes.
+//!
+//! The writer keeps the blocks live in the stream it has written ([`Live`]:
+//! address → size, updated by every allocation and free it emits). When the
+//! process exits (`exit`'s atexit handler, `_exit`/`_Exit`, see `lifecycle`),
+//! the exiting thread records where it stands ([`ExitPoint`]: its stack
+//! pointer and callee-saved registers) and asks the writer to stop; the writer
+//! drains the queue, so the table holds every event up to that moment, and
+//! runs [`run`] before finishing the files:
+//!
+//! 1. **Roots** ([`plan_roots`]): every readable and writable mapping of
+//!    `/proc/self/maps`, as memcheck scans every client segment, except memory
+//!    that belongs to malloc (glibc's heap is shared by the program's blocks,
+//!    the free chunks and the tracer's own structures, which would otherwise
+//!    reach every block): `[heap]`, arena heaps (a `heap_info` at a 64 MiB
+//!    boundary), mappings holding a live block, `mmap`ed chunks (a chunk header
+//!    whose size covers the pages); and the tracer's own memory: libtracer's
+//!    writable segments, the writer thread's stack, the scan's own arrays.
+//!    Stacks: the exiting thread's from its stack pointer up; another live
+//!    thread's from the stack pointer `/proc/self/task/TID/syscall` shows
+//!    while it waits in a system call, else whole; a glibc thread stack no
+//!    live thread stands in (a finished thread's stack kept in glibc's cache)
+//!    only its thread control block and static TLS at the top, which is what
+//!    memcheck still sees of it. The exiting thread's registers are root words.
+//! 2. **Marking from the roots**, as memcheck does: a word equal to a block's
+//!    start makes it *reachable* if the word was in a root or a reachable
+//!    block; any other pointer into a block (its interior, or from a
+//!    possibly-reached block) makes an unreached block *possible*. A possible
+//!    block that later gets a start-pointer from reachable memory becomes
+//!    reachable and is scanned again.
+//! 3. **Cliques**: every block still unreached, in address order, is a leader
+//!    (*definite*); the unreached blocks its contents lead to, through start or
+//!    interior pointers and transitively, are *indirect* (a former leader so
+//!    reached becomes indirect too).
+//!
+//! The scan is conservative: every 8-byte-aligned word is a candidate
+//! pointer. Memory is read with `process_vm_readv` on our own pid, which
+//! returns an error instead of faulting on an unmapped or truncated page;
+//! where that call is refused, only ranges `/proc/self/maps` lists as readable
+//! anonymous or private memory are read directly. Blocks are looked up in a
+//! sorted array by binary search; marking uses an explicit work list sized
+//! before the roots are planned (its buffer never moves, so it can be
+//! excluded). Other threads keep running meanwhile: what they change during
+//! the scan is a race the scan accepts (it is reported as it was read).
+
+use core::sync::atomic::{AtomicBool, Ordering};
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use format_writers::LeakKind;
+
+use crate::sys;
+
+static ENABLED: AtomicBool = AtomicBool::new(false);
+
+/// Whether blocks are tracked and classified (`TRACER_LEAK_SCAN`).
+pub fn enabled() -> bool {
+    ENABLED.load(Ordering::Relaxed)
+}
+
+pub fn set_enabled(on: bool) {
+    ENABLED.store(on, Ordering::Relaxed);
+}
+
+/// Where the exiting thread stood: the start of its live stack and the
+/// registers that may hold pointers no memory holds.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ExitPoint {
+    pub tid: u32,
+    pub sp: u64,
+    pub regs: [u64; 6],
+}
+
+impl ExitPoint {
+    /// The calling function's stack pointer and callee-saved registers (the
+    /// caller-saved ones are dead across the call that brought us here).
+    #[inline(always)]
+    pub fn here() -> ExitPoint {
+        let (sp, rbx, rbp, r12, r13, r14, r15): (u64, u64, u64, u64, u64, u64, u64);
+        // SAFETY: only copies registers into outputs; no memory is touched.
+        unsafe {
+            core::arch::asm!(
+                "mov {0}, rsp",
+                "mov {1}, rbx",
+                "mov {2}, rbp",
+                "mov {3}, r12",
+                "mov {4}, r13",
+                "mov {5}, r14",
+                "mov {6}, r15",
+                out(reg) sp, out(reg) rbx, out(reg) rbp, out(reg) r12,
+                out(reg) r13, out(reg) r14, out(reg) r15,
+                options(nomem, nostack, preserves_flags),
+            );
+        }
+        ExitPoint {
+            tid: sys::raw_gettid(),
+            sp,
+            regs: [rbx, rbp, r12, r13, r14, r15],
+        }
+    }
+}
+
+impl ExitPoint {
+    /// When called (indirectly) from libc's `exit`: moves the start of the
+    /// live stack up to the frame that called `exit`. The frames of `exit`
+    /// and its handlers hold nothing of the program's, but their unused slots
+    /// still hold stale words from earlier, deeper calls (the allocation
+    /// calls among them), which memcheck does not see (they are undefined for
+    /// it) and which would make leaked blocks look reachable.
+    pub fn above_exit(mut self) -> ExitPoint {
+        let exit_fn = libc::exit as *const () as u64;
+        // `exit` (a few instructions) calls the handlers; the slot holding
+        // the return address into it is found above the current frames.
+        let mut buf = vec![0u8; 64 * 1024];
+        let mut mem = SelfMemory {
+            pid: sys::raw_getpid() as i32,
+            direct: false,
+            readable: &[],
+        };
+        let n = mem.read(self.sp, &mut buf);
+        for (i, c) in buf[..n].chunks_exact(8).enumerate() {
+            let w = u64::from_le_bytes(c.try_into().unwrap_or([0; 8]));
+            if w > exit_fn && w < exit_fn + 64 {
+                let sp_in_exit = self.sp + 8 * i as u64 + 8;
+                // The caller's stack starts at exit's CFA.
+                self.sp = match crate::cfi::compute(w) {
+                    crate::cfi::Rule::Frame {
+                        cfa_rbp: false,
+                        cfa_off,
+                        ..
+                    } => sp_in_exit + cfa_off as u64,
+                    _ => sp_in_exit,
+                };
+                break;
+            }
+        }
+        self
+    }
+}
+
+static REQUEST: Mutex<Option<ExitPoint>> = Mutex::new(None);
+
+/// The process is ending at `at`: the writer scans before finishing.
+pub fn request(at: ExitPoint) {
+    if enabled() {
+        if let Ok(mut r) = REQUEST.lock() {
+            *r = Some(at);
+        }
+    }
+}
+
+/// The pending request, taken (the scan runs at most once per request).
+pub fn take_request() -> Option<ExitPoint> {
+    REQUEST.lock().ok().and_then(|mut r| r.take())
+}
+
+/// The blocks live in the stream written so far (writer thread only).
+#[derive(Default)]
+pub struct Live {
+    blocks: HashMap<u64, u64>,
+}
+
+impl Live {
+    pub fn alloc(&mut self, addr: u64, size: u64) {
+        if enabled() {
+            self.blocks.insert(addr, size);
+        }
+    }
+
+    pub fn free(&mut self, addr: u64) {
+        if !self.blocks.is_empty() {
+            self.blocks.remove(&addr);
+        }
+    }
+
+    /// The blocks sorted by address; the table is emptied and its memory
+    /// given back (it must not be found by the scan).
+    fn take_sorted(&mut self) -> Vec<(u64, u64)> {
+        let map = std::mem::take(&mut self.blocks);
+        let mut v = Vec::with_capacity(map.len());
+        v.extend(map);
+        v.sort_unstable();
+        v
+    }
+}
+
+// ---------------------------------------------------------------- memory
+
+/// Reads the process's memory without faulting: the bytes copied (a prefix of
+/// `buf`; fewer when the range runs into unreadable memory).
+pub trait Memory {
+    fn read(&mut self, addr: u64, buf: &mut [u8]) -> usize;
+}
+
+/// The process's own memory (see the module documentation).
+struct SelfMemory<'a> {
+    pid: i32,
+    /// `process_vm_readv` was refused: read directly inside `readable`.
+    direct: bool,
+    readable: &'a [(u64, u64)],
+}
+
+impl SelfMemory<'_> {
+    fn vm_read(&self, addr: u64, buf: &mut [u8]) -> isize {
+        let local = libc::iovec {
+            iov_base: buf.as_mut_ptr().cast(),
+            iov_len: buf.len(),
+        };
+        let remote = libc::iovec {
+            iov_base: addr as usize as *mut libc::c_void,
+            iov_len: buf.len(),
+        };
+        // SAFETY: `local` describes the live, writable `buf`; the kernel reads
+        // the remote range on our behalf and reports unmapped pages as an
+        // error instead of a fault.
+        unsafe {
+            libc::syscall(
+                libc::SYS_process_vm_readv,
+                self.pid,
+                &local as *const libc::iovec,
+                1usize,
+                &remote as *const libc::iovec,
+                1usize,
+                0usize,
+            ) as isize
+        }
+    }
+}
+
+impl Memory for SelfMemory<'_> {
+    fn read(&mut self, addr: u64, buf: &mut [u8]) -> usize {
+        if buf.is_empty() {
+            return 0;
+        }
+        if !self.direct {
+            let n = self.vm_read(addr, buf);
+            if n >= 0 {
+                return n as usize;
+            }
+            let e = sys::errno();
+            if e != libc::ENOSYS && e != libc::EPERM {
+                return 0;
+            }
+            self.direct = true;
+        }
+        let end = addr.saturating_add(buf.len() as u64);
+        let Some(&(_, hi)) = self
+            .readable
+            .iter()
+            .find(|&&(lo, hi)| addr >= lo && addr < hi)
+        else {
+            return 0;
+        };
+        let n = (end.min(hi) - addr) as usize;
+        // SAFETY: [addr, addr + n) lies inside a mapping /proc/self/maps
+        // listed as readable anonymous or private memory.
+        unsafe { core::ptr::copy_nonoverlapping(addr as usize as *const u8, buf.as_mut_ptr(), n) };
+        n
+    }
+}
+
+// ---------------------------------------------------------------- marking
+
+const UNREACHED: u8 = 0;
+const POSSIBLE: u8 = 1;
+const REACHABLE: u8 = 2;
+const INDIRECT: u8 = 3;
+
+/// Bytes read at a time.
+const SCRATCH: usize = 64 * 1024;
+
+/// The classification state over a sorted block array.
+pub struct Classifier<'a> {
+    blocks: &'a [(u64, u64)],
+    state: Vec<u8>,
+    work: Vec<u32>,
+    scratch: Vec<u8>,
+    /// Candidate words of the range being scanned (reused).
+    found: Vec<u64>,
+    lo: u64,
+    hi: u64,
+}
+
+impl<'a> Classifier<'a> {
+    /// `blocks` sorted by address, not overlapping. Every buffer is allocated
+    /// here, at its final size.
+    pub fn new(blocks: &'a [(u64, u64)]) -> Classifier<'a> {
+        let lo = blocks.first().map_or(0, |b| b.0);
+        let hi = blocks
+            .iter()
+            .map(|&(a, s)| a.saturating_add(s.max(1)))
+            .max()
+            .unwrap_or(0);
+        Classifier {
+            blocks,
+            state: vec![UNREACHED; blocks.len()],
+            // Each block is pushed at most twice while marking from the roots
+            // (unreached → possible → reachable) and once in the clique pass.
+            work: Vec::with_capacity(2 * blocks.len() + 1),
+            scratch: vec![0; SCRATCH],
+            found: Vec::new(),
+            lo,
+            hi,
+        }
+    }
+
+    /// Address ranges of the classifier's own buffers (never roots).
+    pub fn own_ranges(&self) -> Vec<(u64, u64)> {
+        let r = |p: *const u8, bytes: usize| (p as u64, p as u64 + bytes as u64);
+        vec![
+            r(self.blocks.as_ptr().cast(), std::mem::size_of_val(self.blocks)),
+            r(self.state.as_ptr(), self.state.capacity()),
+            r(self.work.as_ptr().cast(), self.work.capacity() * 4),
+            r(self.scratch.as_ptr(), self.scratch.capacity()),
+        ]
+    }
+
+    /// The block `w` points into, if any.
+    #[inline]
+    fn find(&self, w: u64) -> Option<usize> {
+        if w < self.lo || w >= self.hi {
+            return None;
+        }
+        let i = self.blocks.partition_point(|b| b.0 <= w).checked_sub(1)?;
+        let (a, s) = self.blocks[i];
+        (w - a < s || w == a).then_some(i)
+    }
+
+    fn push(&mut self, i: usize) {
+        if self.work.len() < self.work.capacity() {
+            self.work.push(i as u32);
+        }
+    }
+
+    /// A word found in a root (`definite`) or in a block being scanned from
+    /// the roots (`definite` when that block is reachable).
+    fn reach(&mut self, w: u64, definite: bool) {
+        let Some(i) = self.find(w) else { return };
+        if self.state[i] == REACHABLE {
+            return;
+        }
+        if w == self.blocks[i].0 && definite {
+            self.state[i] = REACHABLE;
+            self.push(i);
+        } else if self.state[i] == UNREACHED {
+            self.state[i] = POSSIBLE;
+            self.push(i);
+        }
+    }
+
+    /// A word found in a lost block of the clique led by `leader`.
+    fn gather(&mut self, w: u64, leader: usize) {
+        let Some(i) = self.find(w) else { return };
+        if i != leader && self.state[i] == UNREACHED {
+            self.state[i] = INDIRECT;
+            self.push(i);
+        }
+    }
+
+    /// Calls `f` on every aligned word of [start, end) that can be read.
+    fn words(
+        scratch: &mut [u8],
+        mem: &mut dyn Memory,
+        start: u64,
+        end: u64,
+        mut f: impl FnMut(u64),
+    ) {
+        let mut at = (start + 7) & !7;
+        let end = end & !7;
+        while at < end {
+            let want = ((end - at) as usize).min(scratch.len());
+            let got = mem.read(at, &mut scratch[..want]) & !7;
+            for c in scratch[..got].chunks_exact(8) {
+                let mut b = [0u8; 8];
+                b.copy_from_slice(c);
+                f(u64::from_le_bytes(b));
+            }
+            if got == want {
+                at += want as u64;
+            } else {
+                // Unreadable from here: go on at the next page.
+                at = ((at + got as u64) | 0xfff) + 1;
+            }
+        }
+    }
+
+    /// The candidate words of [start, end), into `self.found`.
+    fn collect(&mut self, mem: &mut dyn Memory, start: u64, end: u64) {
+        let (lo, hi) = (self.lo, self.hi);
+        let found = &mut self.found;
+        found.clear();
+        Self::words(&mut self.scratch, mem, start, end, |w| {
+            if w >= lo && w < hi {
+                found.push(w);
+            }
+        });
+    }
+
+    fn scan_range(&mut self, mem: &mut dyn Memory, start: u64, end: u64, definite: bool) {
+        self.collect(mem, start, end);
+        let found = std::mem::take(&mut self.found);
+        for &w in &found {
+            self.reach(w, definite);
+        }
+        self.found = found;
+    }
+
+    fn drain_from_roots(&mut self, mem: &mut dyn Memory) {
+        while let Some(i) = self.work.pop() {
+            let i = i as usize;
+            let definite = self.state[i] == REACHABLE;
+            let (a, s) = self.blocks[i];
+            self.scan_range(mem, a, a + s, definite);
+        }
+    }
+
+    /// Marks from the roots: memory ranges, then single words (registers).
+    pub fn mark_roots(&mut self, mem: &mut dyn Memory, regions: &[(u64, u64)], words: &[u64]) {
+        for &w in words {
+            self.reach(w, true);
+        }
+        self.drain_from_roots(mem);
+        for &(start, end) in regions {
+            self.scan_range(mem, start, end, true);
+            self.drain_from_roots(mem);
+        }
+    }
+
+    /// Groups the unreached blocks into cliques; returns every block's class.
+    pub fn finish(mut self, mem: &mut dyn Memory) -> Vec<LeakKind> {
+        for leader in 0..self.blocks.len() {
+            if self.state[leader] != UNREACHED {
+                continue;
+            }
+            self.push(leader);
+            while let Some(i) = self.work.pop() {
+                let (a, s) = self.blocks[i as usize];
+                self.collect(mem, a, a + s);
+                let found = std::mem::take(&mut self.found);
+                for &w in &found {
+                    self.gather(w, leader);
+                }
+                self.found = found;
+            }
+        }
+        self.state
+            .iter()
+            .map(|&s| match s {
+                REACHABLE => LeakKind::Reachable,
+                POSSIBLE => LeakKind::Possible,
+                INDIRECT => LeakKind::Indirect,
+                _ => LeakKind::Definite,
+            })
+            .collect()
+    }
+}
+
+// ---------------------------------------------------------------- roots
+
+/// One line of `/proc/self/maps`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mapping {
+    pub start: u64,
+    pub end: u64,
+    pub read: bool,
+    pub write: bool,
+    pub path: String,
+}
+
+impl Mapping {
+    fn anonymous(&self) -> bool {
+        self.path.is_empty()
+    }
+}
+
+pub fn parse_maps(text: &str) -> Vec<Mapping> {
+    text.lines()
+        .filter_map(|line| {
+            let mut f = line.split_whitespace();
+            let range = f.next()?;
+            let perms = f.next()?.as_bytes();
+            let (_off, _dev, _inode) = (f.next()?, f.next()?, f.next()?);
+            let path = f.collect::<Vec<_>>().join(" ");
+            let (a, b) = range.split_once('-')?;
+            Some(Mapping {
+                start: u64::from_str_radix(a, 16).ok()?,
+                end: u64::from_str_radix(b, 16).ok()?,
+                read: perms.first() == Some(&b'r'),
+                write: perms.get(1) == Some(&b'w'),
+                path,
+            })
+        })
+        .collect()
+}
+
+/// What the root planner knows besides the mappings.
+pub struct RootPlan<'a> {
+    /// Live blocks, sorted by address.
+    pub blocks: &'a [(u64, u64)],
+    /// Never scanned: libtracer's writable segments, the writer's stack, the
+    /// classifier's buffers.
+    pub excluded: &'a [(u64, u64)],
+    /// Stack pointers of live threads (the exiting one's included).
+    pub stack_pointers: &'a [u64],
+    /// Live threads whose stack pointer is not known (running).
+    pub unknown_threads: usize,
+    /// Bytes at the top of a glibc thread stack holding the thread control
+    /// block and static TLS.
+    pub tcb_extent: u64,
+}
+
+const ARENA_ALIGN: u64 = 64 << 20;
+const PAGE: u64 = 4096;
+
+/// Subtracts sorted-or-not `cut` ranges from [start, end).
+fn subtract(start: u64, end: u64, cut: &[(u64, u64)], out: &mut Vec<(u64, u64)>) {
+    let mut parts = vec![(start, end)];
+    for &(c0, c1) in cut {
+        let mut next = Vec::new();
+        for (a, b) in parts {
+            if c1 <= a || c0 >= b {
+                next.push((a, b));
+                continue;
+            }
+            if a < c0 {
+                next.push((a, c0));
+            }
+            if c1 < b {
+                next.push((c1, b));
+            }
+        }
+        parts = next;
+    }
+    out.extend(parts.into_iter().filter(|(a, b)| a < b));
+}
+
+fn two_words(mem: &mut dyn Memory, at: u64) -> Option<[u64; 4]> {
+    let mut b = [0u8; 32];
+    if mem.read(at, &mut b) < 32 {
+        return None;
+    }
+    let w = |i: usize| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().unwrap_or([0; 8]));
+    Some([w(0), w(1), w(2), w(3)])
+}
+
+/// glibc's `heap_info` at the start of a non-main arena heap: the arena
+/// pointer, the previous heap, the size in use and the size made writable.
+fn looks_like_arena_heap(m: &Mapping, mem: &mut dyn Memory) -> bool {
+    if !m.start.is_multiple_of(ARENA_ALIGN) || !m.anonymous() {
+        return false;
+    }
+    match two_words(mem, m.start) {
+        Some([ar, _prev, size, mprotect]) => {
+            ar != 0 && size != 0 && size <= ARENA_ALIGN && mprotect >= size && mprotect <= ARENA_ALIGN
+        }
+        None => false,
+    }
+}
+
+/// An `mmap`ed malloc chunk at `at`: prev_size 0 and a size with the
+/// IS_MMAPPED bit that is a page multiple fitting before `end`.
+fn mmapped_chunk(mem: &mut dyn Memory, at: u64, end: u64) -> Option<u64> {
+    let [prev, head, _, _] = two_words(mem, at)?;
+    let size = head & !7;
+    (prev == 0 && head & 2 != 0 && size >= PAGE && size.is_multiple_of(PAGE) && at + size <= end)
+        .then_some(size)
+}
+
+/// The memory ranges to scan as roots (see the module documentation).
+pub fn plan_roots(maps: &[Mapping], plan: &RootPlan, mem: &mut dyn Memory) -> Vec<(u64, u64)> {
+    let mut out = Vec::new();
+    let holds_block = |m: &Mapping| {
+        let i = plan.blocks.partition_point(|b| b.0 < m.start);
+        plan.blocks.get(i).is_some_and(|b| b.0 < m.end)
+    };
+    for (k, m) in maps.iter().enumerate() {
+        if !(m.read && m.write) || m.path == "[heap]" || m.path.starts_with("[v") {
+            continue;
+        }
+        if m.path.starts_with("/dev/") && m.path != "/dev/zero" && !m.path.starts_with("/dev/zero ") {
+            continue;
+        }
+        if holds_block(m) || looks_like_arena_heap(m, mem) {
+            continue;
+        }
+        let sp = plan
+            .stack_pointers
+            .iter()
+            .copied()
+            .find(|&sp| sp >= m.start && sp < m.end);
+        let guarded = k > 0 && {
+            let prev = &maps[k - 1];
+            prev.end == m.start && !prev.read && !prev.write && prev.anonymous()
+        };
+        let (start, stacklike) = match sp {
+            Some(sp) => (sp & !7, true),
+            None if m.anonymous() && guarded && plan.unknown_threads == 0 => {
+                (m.end.saturating_sub(plan.tcb_extent).max(m.start), true)
+            }
+            None => (m.start, guarded || m.path == "[stack]"),
+        };
+        let mut parts = Vec::new();
+        subtract(start, m.end, plan.excluded, &mut parts);
+        if !m.anonymous() || stacklike {
+            out.extend(parts);
+            continue;
+        }
+        // Anonymous memory may hold malloc's mmapped chunks (the tracer's big
+        // tables among them), also inside VMAs the kernel merged.
+        for (a, b) in parts {
+            let mut at = a;
+            let mut run = a;
+            while at < b {
+                if at.is_multiple_of(PAGE) {
+                    if let Some(size) = mmapped_chunk(mem, at, b) {
+                        if run < at {
+                            out.push((run, at));
+                        }
+                        at += size;
+                        run = at;
+                        continue;
+                    }
+                }
+                at = (at | (PAGE - 1)) + 1;
+            }
+            if run < b {
+                out.push((run, b));
+            }
+        }
+    }
+    out
+}
+
+// ---------------------------------------------------------------- the scan
+
+/// Stack pointers of the other live threads that wait in a system call, and
+/// how many others are running (their stack pointer is unknown).
+fn other_threads(skip: &[u32]) -> (Vec<u64>, usize) {
+    let mut sps = Vec::new();
+    let mut unknown = 0;
+    let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
+        return (sps, 0);
+    };
+    for e in dir.flatten() {
+        let Some(tid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        if skip.contains(&tid) {
+            continue;
+        }
+        let text = std::fs::read_to_string(e.path().join("syscall")).unwrap_or_default();
+        let f: Vec<&str> = text.split_whitespace().collect();
+        // "NR ARG1..ARG6 SP PC", "-1 SP PC" (blocked outside a call), "running".
+        let sp = (f.len() >= 3)
+            .then(|| f[f.len() - 2])
+            .and_then(|s| s.strip_prefix("0x"))
+            .and_then(|s| u64::from_str_radix(s, 16).ok());
+        match sp {
+            Some(sp) if sp != 0 => sps.push(sp),
+            _ => unknown += 1,
+        }
+    }
+    (sps, unknown)
+}
+
+/// libtracer's own writable segments, from its program headers.
+fn own_writable() -> Vec<(u64, u64)> {
+    extern "C" {
+        static __ehdr_start: libc::Elf64_Ehdr;
+    }
+    let mut v = Vec::new();
+    // SAFETY: __ehdr_start is this object's mapped ELF header, followed by
+    // its program headers (in the first PT_LOAD segment).
+    unsafe {
+        let ehdr = core::ptr::addr_of!(__ehdr_start);
+        let base = ehdr as u64;
+        let phdrs = (base + (*ehdr).e_phoff) as *const libc::Elf64_Phdr;
+        let mut first = None;
+        for i in 0..(*ehdr).e_phnum as usize {
+            let ph = &*phdrs.add(i);
+            if ph.p_type != libc::PT_LOAD {
+                continue;
+            }
+            let f = *first.get_or_insert(ph.p_vaddr & !(PAGE - 1));
+            if ph.p_flags & libc::PF_W != 0 {
+                let bias = base.wrapping_sub(f);
+                let lo = bias.wrapping_add(ph.p_vaddr) & !(PAGE - 1);
+                let hi = (bias.wrapping_add(ph.p_vaddr + ph.p_memsz) + PAGE - 1) & !(PAGE - 1);
+                v.push((lo, hi));
+            }
+        }
+    }
+    v
+}
+
+/// Bytes below the top of this thread's stack mapping taken by its thread
+/// control block and static TLS (the same for every glibc-allocated stack).
+fn tcb_extent(maps: &[Mapping]) -> (u64, Option<(u64, u64)>) {
+    // SAFETY: pthread_self has no preconditions; on x86-64 glibc it is the
+    // thread pointer, the address of the thread control block.
+    let tp = unsafe { libc::pthread_self() } as u64;
+    let here = &tp as *const u64 as u64;
+    let own = maps
+        .iter()
+        .find(|m| here >= m.start && here < m.end)
+        .map(|m| (m.start, m.end));
+    let mut below = 0u64;
+    unsafe extern "C" fn cb(
+        info: *mut libc::dl_phdr_info,
+        _size: libc::size_t,
+        data: *mut libc::c_void,
+    ) -> libc::c_int {
+        // SAFETY: dl_iterate_phdr passes a valid info; `data` is `(tp, below)`.
+        unsafe {
+            let (tp, below) = &mut *(data as *mut (u64, u64));
+            let tls = (*info).dlpi_tls_data as u64;
+            if tls != 0 && tls < *tp {
+                *below = (*below).max(*tp - tls);
+            }
+        }
+        0
+    }
+    let mut data = (tp, 0u64);
+    crate::objects::loader_section(|| {
+        // SAFETY: the callback gets `data` back and runs while it lives.
+        unsafe { libc::dl_iterate_phdr(Some(cb), (&mut data as *mut (u64, u64)).cast()) };
+    });
+    below = below.max(data.1);
+    let top_gap = own.map_or(0, |(_, end)| end.saturating_sub(tp));
+    (top_gap + below + 64, own)
+}
+
+/// Figures of one scan, for the caller's curiosity and tests.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Stats {
+    pub blocks: usize,
+    pub root_bytes: u64,
+    pub nanos: u64,
+}
+
+/// Classifies every live block; returns them sorted by address. Runs on the
+/// writer thread, which must be marked as the tracer's own.
+pub fn run(live: &mut Live, at: &ExitPoint) -> (Vec<(u64, LeakKind)>, Stats) {
+    let begun = sys::now_ns();
+    let blocks = live.take_sorted();
+    let mut classifier = Classifier::new(&blocks);
+    let maps = parse_maps(&std::fs::read_to_string("/proc/self/maps").unwrap_or_default());
+    let readable: Vec<(u64, u64)> = maps
+        .iter()
+        .filter(|m| m.read && (m.anonymous() || m.path.starts_with('[') || m.write))
+        .map(|m| (m.start, m.end))
+        .collect();
+    let mut mem = SelfMemory {
+        pid: sys::raw_getpid() as i32,
+        direct: false,
+        readable: &readable,
+    };
+    let (extent, writer_stack) = tcb_extent(&maps);
+    let mut excluded = own_writable();
+    excluded.extend(classifier.own_ranges());
+    excluded.extend(writer_stack);
+    let (mut sps, unknown) = other_threads(&[at.tid, sys::raw_gettid()]);
+    sps.push(at.sp);
+    let plan = RootPlan {
+        blocks: &blocks,
+        excluded: &excluded,
+        stack_pointers: &sps,
+        unknown_threads: unknown,
+        tcb_extent: extent,
+    };
+    let regions = plan_roots(&maps, &plan, &mut mem);
+    let root_bytes = regions.iter().map(|(a, b)| b - a).sum();
+    if std::env::var_os("TRACER_SCAN_DEBUG").is_some() {
+        explain_roots(&regions, &maps, &classifier, &mut mem);
+    }
+    classifier.mark_roots(&mut mem, &regions, &at.regs);
+    let kinds = classifier.finish(&mut mem);
+    let out = blocks.iter().map(|b| b.0).zip(kinds).collect();
+    let stats = Stats {
+        blocks: blocks.len(),
+        root_bytes,
+        nanos: sys::now_ns().saturating_sub(begun),
+    };
+    (out, stats)
+}
+
+/// `TRACER_SCAN_DEBUG` (private): one stderr line per root word that points
+/// into a block, with the mapping it was found in.
+fn explain_roots(regions: &[(u64, u64)], maps: &[Mapping], c: &Classifier, mem: &mut dyn Memory) {
+    let mut buf = [0u8; 8];
+    for &(a, b) in regions {
+        let mut q = a;
+        while q < b {
+            if mem.read(q, &mut buf) == 8 {
+                let w = u64::from_le_bytes(buf);
+                if let Some(i) = c.find(w) {
+                    let path = maps
+                        .iter()
+                        .find(|m| q >= m.start && q < m.end)
+                        .map_or("?", |m| m.path.as_str());
+                    let start = c.blocks[i].0;
+                    sys::stderr_line(&format!(
+                        "leak scan: root word at {q:#x} ({path}) -> block {start:#x} + {}",
+                        w - start
+                    ));
+                }
+            }
+            q += 8;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A fake address space: little-endian words at addresses.
+    #[derive(Default)]
+    struct Fake {
+        words: HashMap<u64, u64>,
+        /// Ranges that cannot be read.
+        holes: Vec<(u64, u64)>,
+    }
+
+    impl Fake {
+        fn put(&mut self, at: u64, w: u64) {
+            self.words.insert(at, w);
+        }
+    }
+
+    impl Memory for Fake {
+        fn read(&mut self, addr: u64, buf: &mut [u8]) -> usize {
+            for (i, chunk) in buf.chunks_mut(8).enumerate() {
+                let a = addr + 8 * i as u64;
+                if self.holes.iter().any(|&(lo, hi)| a >= lo && a < hi) {
+                    return 8 * i;
+                }
+                let w = self.words.get(&a).copied().unwrap_or(0).to_le_bytes();
+                chunk.copy_from_slice(&w[..chunk.len()]);
+            }
+            buf.len()
+        }
+    }
+
+    const ROOT: (u64, u64) = (0x1000, 0x1100);
+
+    fn classify(blocks: &[(u64, u64)], mem: &mut Fake, regs: &[u64]) -> Vec<LeakKind> {
+        let mut c = Classifier::new(blocks);
+        c.mark_roots(mem, &[ROOT], regs);
+        c.finish(mem)
+    }
+
+    use LeakKind::*;
+
+    #[test]
+    fn valgrind_classes_on_a_small_heap() {
+        // a: from a root (start) → reachable; b: from a only → reachable;
+        // c: root points inside → possible; d: from c (start) → possible;
+        // e: nothing → definite; f, g: from e → indirect; g also from f.
+        let blocks = [
+            (0x10000, 32), // a
+            (0x10100, 32), // b
+            (0x10200, 64), // c
+            (0x10300, 16), // d
+            (0x10400, 24), // e
+            (0x10500, 40), // f
+            (0x10600, 8),  // g
+        ];
+        let mut m = Fake::default();
+        m.put(0x1000, 0x10000);
+        m.put(0x10008, 0x10100);
+        m.put(0x1008, 0x10210);
+        m.put(0x10200, 0x10300);
+        m.put(0x10400, 0x10500);
+        m.put(0x10410, 0x10600 + 4); // interior pointers also gather
+        m.put(0x10500, 0x10600);
+        assert_eq!(
+            classify(&blocks, &mut m, &[]),
+            vec![Reachable, Reachable, Possible, Possible, Definite, Indirect, Indirect]
+        );
+    }
+
+    #[test]
+    fn a_possible_block_upgraded_by_a_later_start_pointer_is_rescanned() {
+        // Root word 0: interior of a (a → possible, its child b possible).
+        // Root word 1: start of a → reachable, rescanned → b reachable.
+        let blocks = [(0x20000, 32), (0x20100, 32)];
+        let mut m = Fake::default();
+        m.put(0x1000, 0x20008);
+        m.put(0x1008, 0x20000);
+        m.put(0x20010, 0x20100);
+        assert_eq!(classify(&blocks, &mut m, &[]), vec![Reachable, Reachable]);
+        // Without the start pointer both stay possible.
+        m.put(0x1008, 0);
+        assert_eq!(classify(&blocks, &mut m, &[]), vec![Possible, Possible]);
+    }
+
+    #[test]
+    fn cycles_have_one_definite_leader_and_registers_are_roots() {
+        // x ↔ y lost: the lower address leads. z only in a register.
+        let blocks = [(0x30000, 16), (0x30100, 16), (0x30200, 16)];
+        let mut m = Fake::default();
+        m.put(0x30000, 0x30100);
+        m.put(0x30100, 0x30000);
+        assert_eq!(
+            classify(&blocks, &mut m, &[0x30200]),
+            vec![Definite, Indirect, Reachable]
+        );
+        // A later leader that reaches an earlier one makes it indirect.
+        let blocks = [(0x40000, 16), (0x40100, 16)];
+        let mut m = Fake::default();
+        m.put(0x40100, 0x40000);
+        assert_eq!(classify(&blocks, &mut m, &[]), vec![Indirect, Definite]);
+    }
+
+    #[test]
+    fn pointers_past_the_end_zero_sized_blocks_and_unreadable_memory() {
+        // One past the end is not a pointer into the block; a zero-sized
+        // block is reached by its exact address; words in a hole are not read.
+        let blocks = [(0x50000, 16), (0x50100, 0), (0x50200, 16)];
+        let mut m = Fake::default();
+        m.put(0x1000, 0x50010);
+        m.put(0x1008, 0x50100);
+        m.put(0x1080, 0x50200);
+        m.holes.push((0x1080, 0x1088));
+        assert_eq!(
+            classify(&blocks, &mut m, &[]),
+            vec![Definite, Reachable, Definite]
+        );
+    }
+
+    #[test]
+    fn unaligned_words_are_not_pointers() {
+        let blocks = [(0x60000, 16)];
+        let mut m = Fake::default();
+        // The address straddles two aligned words: neither holds it.
+        m.put(0x1000, 0x60000 << 32);
+        m.put(0x1008, 0);
+        assert_eq!(classify(&blocks, &mut m, &[]), vec![Definite]);
+    }
+
+    fn map(start: u64, end: u64, perms: &str, path: &str) -> Mapping {
+        Mapping {
+            start,
+            end,
+            read: perms.starts_with('r'),
+            write: perms.as_bytes()[1] == b'w',
+            path: path.to_string(),
+        }
+    }
+
+    #[test]
+    fn maps_lines_parse() {
+        let text = "55d0c0a00000-55d0c0a01000 rw-p 00002000 08:01 1234  /usr/bin/x y\n\
+                    7ffd00000000-7ffd00021000 rw-p 00000000 00:00 0   [stack]\n\
+                    7f0000000000-7f0000001000 ---p 00000000 00:00 0 \n";
+        let m = parse_maps(text);
+        assert_eq!(m[0], map(0x55d0c0a00000, 0x55d0c0a01000, "rw", "/usr/bin/x y"));
+        assert_eq!(m[1].path, "[stack]");
+        assert_eq!(m[2], map(0x7f0000000000, 0x7f0000001000, "--", ""));
+    }
+
+    #[test]
+    fn roots_skip_malloc_memory_and_our_own_and_cut_stacks() {
+        let g = 0x7f00_0000_0000u64;
+        let maps = vec![
+            map(0x1000, 0x3000, "rw", "/usr/lib/libc.so.6"), // data: root
+            map(0x3000, 0x5000, "rw", "/usr/lib/libtracer.so"), // ours: cut
+            map(0x10000, 0x20000, "rw", "[heap]"),           // brk heap: skip
+            map(0x20000, 0x21000, "r-", "/usr/lib/x.so"),    // read-only: skip
+            map(0x30000, 0x40000, "rw", ""),                 // holds a block: skip
+            map(g, g + 0x21000, "rw", ""),                   // arena heap: skip
+            map(g + 0x100000, g + 0x103000, "rw", ""),       // mmapped chunk then data
+            map(g + 0x200000, g + 0x201000, "--", ""),       // guard
+            map(g + 0x201000, g + 0x209000, "rw", ""),       // stack with a known sp
+            map(g + 0x300000, g + 0x301000, "--", ""),       // guard
+            map(g + 0x301000, g + 0x309000, "rw", ""),       // cached thread stack
+            map(0x7ffd_0000_0000, 0x7ffd_0002_0000, "rw", "[stack]"),
+            map(0x9000, 0xa000, "rw", "/dev/dri/card0"),     // device: skip
+        ];
+        let blocks = [(0x30010, 32)];
+        let mut m = Fake::default();
+        // heap_info: arena, prev, size, mprotect_size.
+        m.put(g, g + 32);
+        m.put(g + 16, 0x21000);
+        m.put(g + 24, 0x21000);
+        // An mmapped chunk of two pages at the start of the next mapping.
+        m.put(g + 0x100008, 0x2000 | 2);
+        let plan = RootPlan {
+            blocks: &blocks,
+            excluded: &[(0x3000, 0x5000)],
+            stack_pointers: &[g + 0x208000, 0x7ffd_0001_0008],
+            unknown_threads: 0,
+            tcb_extent: 0x800,
+        };
+        let roots = plan_roots(&maps, &plan, &mut m);
+        assert_eq!(
+            roots,
+            vec![
+                (0x1000, 0x3000),
+                (g + 0x102000, g + 0x103000),
+                (g + 0x208000, g + 0x209000),
+                (g + 0x309000 - 0x800, g + 0x309000),
+                (0x7ffd_0001_0008, 0x7ffd_0002_0000),
+            ]
+        );
+        // With a running thread of unknown stack, cached-looking stacks are
+        // scanned whole.
+        let plan = RootPlan {
+            unknown_threads: 1,
+            ..plan
+        };
+        let roots = plan_roots(&maps, &plan, &mut m);
+        assert!(roots.contains(&(g + 0x301000, g + 0x309000)));
+    }
+}
