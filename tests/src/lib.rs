@@ -119,6 +119,8 @@ pub fn example(name: &str) -> PathBuf {
     let bin_dir = process_scratch().join("bin");
     fs::create_dir_all(&bin_dir).expect("bin dir");
     let out = bin_dir.join(name);
+    // Examples in subdirectories (`leaks/direct`) get the same subdirectory.
+    fs::create_dir_all(out.parent().unwrap_or(&bin_dir)).expect("bin subdir");
     let result = Command::new(compiler)
         .args(["-O0", "-g", "-fno-omit-frame-pointer", "-pthread", "-Wall"])
         .arg("-o")
@@ -868,9 +870,178 @@ pub fn dtv_bytes_under_valgrind(binary: &Path) -> u64 {
     dtv_bytes(&objects)
 }
 
+/// Bytes and blocks of each reachability class, indexed by
+/// `LeakKind::code()`: definite, indirect, possible, reachable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct LeakClasses(pub [(u64, u64); 4]);
+
+impl LeakClasses {
+    /// `[(definite bytes, blocks), (indirect…), (possible…), (reachable…)]`.
+    pub const fn new(classes: [(u64, u64); 4]) -> LeakClasses {
+        LeakClasses(classes)
+    }
+    pub fn get(&self, kind: format_writers::LeakKind) -> (u64, u64) {
+        self.0[kind.code() as usize]
+    }
+    pub fn set(&mut self, kind: format_writers::LeakKind, v: (u64, u64)) {
+        self.0[kind.code() as usize] = v;
+    }
+}
+
+/// valgrind's leak summary of one process.
+#[derive(Debug, Clone, Default)]
+pub struct ValgrindLeaks {
+    pub pid: u32,
+    pub parent_pid: u32,
+    pub classes: LeakClasses,
+}
+
+/// Parses memcheck's `LEAK SUMMARY` (`definitely lost: X bytes in Y blocks`,
+/// `indirectly lost`, `possibly lost`, `still reachable`), or `All heap
+/// blocks were freed` (all zero); `None` when the log has neither.
+pub fn parse_valgrind_leaks(log: &str) -> Option<ValgrindLeaks> {
+    let mut v = ValgrindLeaks::default();
+    let mut seen = false;
+    for line in log.lines() {
+        let body = match line.strip_prefix("==") {
+            Some(rest) => rest.split_once("==").map(|(_, b)| b.trim()).unwrap_or(""),
+            None => line.trim(),
+        };
+        if let Some(rest) = body.strip_prefix("Parent PID:") {
+            v.parent_pid = rest.trim().parse().ok()?;
+        }
+        if body.starts_with("All heap blocks were freed") {
+            seen = true;
+        }
+        for (label, code) in [
+            ("definitely lost:", 0),
+            ("indirectly lost:", 1),
+            ("possibly lost:", 2),
+            ("still reachable:", 3),
+        ] {
+            if let Some(rest) = body.strip_prefix(label) {
+                // X bytes in Y blocks
+                let w: Vec<&str> = rest.split_whitespace().collect();
+                if w.len() >= 4 {
+                    v.classes.0[code] = (number(w[0])?, number(w[3])?);
+                    seen = true;
+                }
+            }
+        }
+    }
+    seen.then_some(v)
+}
+
+/// Runs `cmd` under memcheck with `--leak-check=full --show-leak-kinds=all
+/// --run-libc-freeres=no --run-cxx-freeres=no`, one log per process.
+pub fn valgrind_leaks(cmd: &Cmd) -> (Output, Vec<ValgrindLeaks>) {
+    let dir = fresh_dir("valgrind-leaks");
+    let prefix: Vec<OsString> = vec![
+        "valgrind".into(),
+        "--tool=memcheck".into(),
+        "--leak-check=full".into(),
+        "--show-leak-kinds=all".into(),
+        "--run-libc-freeres=no".into(),
+        "--run-cxx-freeres=no".into(),
+        "--trace-children=no".into(),
+        format!("--log-file={}/vg.%p", dir.display()).into(),
+    ];
+    let output = cmd
+        .command(&prefix)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run valgrind: {e}"));
+    let mut result = Vec::new();
+    for entry in fs::read_dir(&dir).expect("valgrind log dir").flatten() {
+        let name = entry.file_name().to_string_lossy().to_string();
+        let Some(pid) = name.strip_prefix("vg.").and_then(|p| p.parse::<u32>().ok()) else {
+            continue;
+        };
+        let text = fs::read_to_string(entry.path()).expect("valgrind log");
+        let mut v = parse_valgrind_leaks(&text)
+            .unwrap_or_else(|| panic!("no leak summary in valgrind's log:\n{text}"));
+        v.pid = pid;
+        result.push(v);
+    }
+    result.sort_by_key(|v| v.pid);
+    (output, result)
+}
+
+/// The reachability classes a trace's scan gave, with each block's size from
+/// its allocation.
+#[derive(Debug, Clone, Default)]
+pub struct ScanResult {
+    pub pid: u32,
+    /// Whether the trace holds a `LeakScan` record.
+    pub scanned: bool,
+    pub classes: LeakClasses,
+    /// Blocks live at the scan that got no class.
+    pub unclassified: u64,
+    /// Classes naming an address not live at the scan, or named twice.
+    pub stray: u64,
+    /// Each classified block: (address, size, kind).
+    pub blocks: Vec<(u64, u64, format_writers::LeakKind)>,
+}
+
+/// Reads the `LeakScan`/`BlockClass` records of a trace.
+pub fn read_scan(path: &Path) -> Result<ScanResult, String> {
+    let (_, reader) = format_writers::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut r = ScanResult::default();
+    let mut live: HashMap<u64, u64> = HashMap::new();
+    let mut at_scan: HashMap<u64, u64> = HashMap::new();
+    for record in reader {
+        match record.map_err(|e| format!("{}: {e}", path.display()))? {
+            Record::Process(p) => r.pid = p.pid,
+            Record::Event(Event::Alloc(a)) => {
+                live.insert(a.address, a.size);
+            }
+            Record::Event(Event::Free(f)) => {
+                live.remove(&f.address);
+            }
+            Record::LeakScan { .. } => {
+                r.scanned = true;
+                at_scan = live.clone();
+            }
+            Record::BlockClass { address, kind } => match at_scan.remove(&address) {
+                Some(size) => {
+                    let (b, n) = r.classes.get(kind);
+                    r.classes.set(kind, (b + size, n + 1));
+                    r.blocks.push((address, size, kind));
+                }
+                None => r.stray += 1,
+            },
+            _ => {}
+        }
+    }
+    r.unclassified = at_scan.len() as u64;
+    Ok(r)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn parses_valgrind_leak_summary() {
+        let log = "==7117== Parent PID: 7000\n==7117== LEAK SUMMARY:\n\
+                   ==7117==    definitely lost: 1,128 bytes in 2 blocks\n\
+                   ==7117==    indirectly lost: 124 bytes in 3 blocks\n\
+                   ==7117==      possibly lost: 272 bytes in 1 blocks\n\
+                   ==7117==    still reachable: 0 bytes in 0 blocks\n\
+                   ==7117==         suppressed: 0 bytes in 0 blocks\n";
+        let v = parse_valgrind_leaks(log).unwrap();
+        assert_eq!(v.parent_pid, 7000);
+        assert_eq!(
+            v.classes,
+            LeakClasses::new([(1128, 2), (124, 3), (272, 1), (0, 0)])
+        );
+        let freed =
+            "==1== Parent PID: 2\n==1== All heap blocks were freed -- no leaks are possible\n";
+        assert_eq!(
+            parse_valgrind_leaks(freed).unwrap().classes,
+            LeakClasses::default()
+        );
+        assert!(parse_valgrind_leaks("==1== Command: x\n").is_none());
+    }
 
     #[test]
     fn parses_valgrind_summary_with_thousands_separators() {

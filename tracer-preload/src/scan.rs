@@ -191,6 +191,21 @@ impl Live {
 /// `buf`; fewer when the range runs into unreadable memory).
 pub trait Memory {
     fn read(&mut self, addr: u64, buf: &mut [u8]) -> usize;
+
+    /// Reads the ranges `(address, length)` one after the other into `buf`
+    /// (their lengths add up to its length); returns the bytes copied, which
+    /// stop at the first range that could not be read whole.
+    fn read_many(&mut self, ranges: &[(u64, usize)], buf: &mut [u8]) -> usize {
+        let mut off = 0;
+        for &(a, len) in ranges {
+            let n = self.read(a, &mut buf[off..off + len]);
+            off += n;
+            if n < len {
+                break;
+            }
+        }
+        off
+    }
 }
 
 /// The process's own memory (see the module documentation).
@@ -229,6 +244,44 @@ impl SelfMemory<'_> {
 }
 
 impl Memory for SelfMemory<'_> {
+    fn read_many(&mut self, ranges: &[(u64, usize)], buf: &mut [u8]) -> usize {
+        if self.direct || ranges.len() <= 1 {
+            return default_read_many(self, ranges, buf);
+        }
+        let mut local = Vec::with_capacity(ranges.len());
+        let mut remote = Vec::with_capacity(ranges.len());
+        let mut off = 0;
+        for &(a, len) in ranges {
+            local.push(libc::iovec {
+                iov_base: buf[off..].as_mut_ptr().cast(),
+                iov_len: len,
+            });
+            remote.push(libc::iovec {
+                iov_base: a as usize as *mut libc::c_void,
+                iov_len: len,
+            });
+            off += len;
+        }
+        // SAFETY: every local iovec lies inside `buf` (the lengths add up to
+        // at most its length); remote ranges are read by the kernel, which
+        // stops at the first unreadable one instead of faulting.
+        let n = unsafe {
+            libc::syscall(
+                libc::SYS_process_vm_readv,
+                self.pid,
+                local.as_ptr(),
+                local.len(),
+                remote.as_ptr(),
+                remote.len(),
+                0usize,
+            )
+        };
+        if n < 0 {
+            return default_read_many(self, ranges, buf);
+        }
+        n as usize
+    }
+
     fn read(&mut self, addr: u64, buf: &mut [u8]) -> usize {
         if buf.is_empty() {
             return 0;
@@ -260,6 +313,19 @@ impl Memory for SelfMemory<'_> {
     }
 }
 
+/// [`Memory::read_many`] one range at a time.
+fn default_read_many(mem: &mut dyn Memory, ranges: &[(u64, usize)], buf: &mut [u8]) -> usize {
+    let mut off = 0;
+    for &(a, len) in ranges {
+        let n = mem.read(a, &mut buf[off..off + len]);
+        off += n;
+        if n < len {
+            break;
+        }
+    }
+    off
+}
+
 // ---------------------------------------------------------------- marking
 
 const UNREACHED: u8 = 0;
@@ -269,6 +335,8 @@ const INDIRECT: u8 = 3;
 
 /// Bytes read at a time.
 const SCRATCH: usize = 64 * 1024;
+/// Blocks read by one system call at most (below the kernel's IOV_MAX).
+const BATCH: usize = 512;
 
 /// The classification state over a sorted block array.
 pub struct Classifier<'a> {
@@ -309,7 +377,10 @@ impl<'a> Classifier<'a> {
     pub fn own_ranges(&self) -> Vec<(u64, u64)> {
         let r = |p: *const u8, bytes: usize| (p as u64, p as u64 + bytes as u64);
         vec![
-            r(self.blocks.as_ptr().cast(), std::mem::size_of_val(self.blocks)),
+            r(
+                self.blocks.as_ptr().cast(),
+                std::mem::size_of_val(self.blocks),
+            ),
             r(self.state.as_ptr(), self.state.capacity()),
             r(self.work.as_ptr().cast(), self.work.capacity() * 4),
             r(self.scratch.as_ptr(), self.scratch.capacity()),
@@ -406,12 +477,63 @@ impl<'a> Classifier<'a> {
         self.found = found;
     }
 
-    fn drain_from_roots(&mut self, mem: &mut dyn Memory) {
-        while let Some(i) = self.work.pop() {
-            let i = i as usize;
-            let definite = self.state[i] == REACHABLE;
-            let (a, s) = self.blocks[i];
-            self.scan_range(mem, a, a + s, definite);
+    /// Scans the blocks on the work list until it is empty: from the roots
+    /// (`leader` None) or gathering the clique of `leader`. Small blocks are
+    /// read many at a time (one system call per batch).
+    fn drain(&mut self, mem: &mut dyn Memory, leader: Option<usize>) {
+        let mut batch: Vec<(u64, usize)> = Vec::with_capacity(BATCH);
+        let mut ids: Vec<usize> = Vec::with_capacity(BATCH);
+        while !self.work.is_empty() {
+            batch.clear();
+            ids.clear();
+            let mut total = 0usize;
+            while let Some(&i) = self.work.last() {
+                let (a, s) = self.blocks[i as usize];
+                let len = (s as usize).min(SCRATCH);
+                if !ids.is_empty() && (total + len > SCRATCH || ids.len() == BATCH) {
+                    break;
+                }
+                self.work.pop();
+                ids.push(i as usize);
+                batch.push((a, len));
+                total += len;
+            }
+            let mut scratch = std::mem::take(&mut self.scratch);
+            let got = mem.read_many(&batch, &mut scratch[..total]);
+            let mut off = 0usize;
+            for (k, &i) in ids.iter().enumerate() {
+                let (a, s) = self.blocks[i];
+                let len = batch[k].1;
+                let definite = self.state[i] == REACHABLE;
+                if off + len <= got && len as u64 == s {
+                    let (lo, hi) = (self.lo, self.hi);
+                    // Blocks start 16-aligned: whole words from the start.
+                    for c in scratch[off..off + len].chunks_exact(8) {
+                        let w = u64::from_le_bytes(c.try_into().unwrap_or([0; 8]));
+                        if w >= lo && w < hi {
+                            match leader {
+                                None => self.reach(w, definite),
+                                Some(l) => self.gather(w, l),
+                            }
+                        }
+                    }
+                } else {
+                    // Partly unreadable, or larger than the scratch buffer.
+                    self.scratch = std::mem::take(&mut scratch);
+                    self.collect(mem, a, a + s);
+                    scratch = std::mem::take(&mut self.scratch);
+                    let found = std::mem::take(&mut self.found);
+                    for &w in &found {
+                        match leader {
+                            None => self.reach(w, definite),
+                            Some(l) => self.gather(w, l),
+                        }
+                    }
+                    self.found = found;
+                }
+                off += len;
+            }
+            self.scratch = scratch;
         }
     }
 
@@ -420,10 +542,10 @@ impl<'a> Classifier<'a> {
         for &w in words {
             self.reach(w, true);
         }
-        self.drain_from_roots(mem);
+        self.drain(mem, None);
         for &(start, end) in regions {
             self.scan_range(mem, start, end, true);
-            self.drain_from_roots(mem);
+            self.drain(mem, None);
         }
     }
 
@@ -434,15 +556,7 @@ impl<'a> Classifier<'a> {
                 continue;
             }
             self.push(leader);
-            while let Some(i) = self.work.pop() {
-                let (a, s) = self.blocks[i as usize];
-                self.collect(mem, a, a + s);
-                let found = std::mem::take(&mut self.found);
-                for &w in &found {
-                    self.gather(w, leader);
-                }
-                self.found = found;
-            }
+            self.drain(mem, Some(leader));
         }
         self.state
             .iter()
@@ -552,7 +666,11 @@ fn looks_like_arena_heap(m: &Mapping, mem: &mut dyn Memory) -> bool {
     }
     match two_words(mem, m.start) {
         Some([ar, _prev, size, mprotect]) => {
-            ar != 0 && size != 0 && size <= ARENA_ALIGN && mprotect >= size && mprotect <= ARENA_ALIGN
+            ar != 0
+                && size != 0
+                && size <= ARENA_ALIGN
+                && mprotect >= size
+                && mprotect <= ARENA_ALIGN
         }
         None => false,
     }
@@ -570,18 +688,15 @@ fn mmapped_chunk(mem: &mut dyn Memory, at: u64, end: u64) -> Option<u64> {
 /// The memory ranges to scan as roots (see the module documentation).
 pub fn plan_roots(maps: &[Mapping], plan: &RootPlan, mem: &mut dyn Memory) -> Vec<(u64, u64)> {
     let mut out = Vec::new();
-    let holds_block = |m: &Mapping| {
-        let i = plan.blocks.partition_point(|b| b.0 < m.start);
-        plan.blocks.get(i).is_some_and(|b| b.0 < m.end)
-    };
     for (k, m) in maps.iter().enumerate() {
         if !(m.read && m.write) || m.path == "[heap]" || m.path.starts_with("[v") {
             continue;
         }
-        if m.path.starts_with("/dev/") && m.path != "/dev/zero" && !m.path.starts_with("/dev/zero ") {
+        if m.path.starts_with("/dev/") && m.path != "/dev/zero" && !m.path.starts_with("/dev/zero ")
+        {
             continue;
         }
-        if holds_block(m) || looks_like_arena_heap(m, mem) {
+        if looks_like_arena_heap(m, mem) {
             continue;
         }
         let sp = plan
@@ -602,13 +717,51 @@ pub fn plan_roots(maps: &[Mapping], plan: &RootPlan, mem: &mut dyn Memory) -> Ve
         };
         let mut parts = Vec::new();
         subtract(start, m.end, plan.excluded, &mut parts);
+        let first = out.len();
         if !m.anonymous() || stacklike {
             out.extend(parts);
-            continue;
+        } else {
+            walk_chunks(&parts, mem, &mut out);
         }
-        // Anonymous memory may hold malloc's mmapped chunks (the tracer's big
-        // tables among them), also inside VMAs the kernel merged.
-        for (a, b) in parts {
+        // A live block elsewhere than in a recognised malloc region is never
+        // a root itself (it would reach its children unconditionally).
+        let here: Vec<(u64, u64)> = out.drain(first..).collect();
+        for (a, b) in here {
+            let i = plan.blocks.partition_point(|x| x.0 < a);
+            let inside: Vec<(u64, u64)> = plan.blocks[i..]
+                .iter()
+                .take_while(|x| x.0 < b)
+                .map(|&(x, size)| (x, x + size))
+                .collect();
+            cut_sorted(a, b, &inside, &mut out);
+        }
+    }
+    out
+}
+
+/// [a, b) minus the sorted, disjoint `cuts`.
+fn cut_sorted(a: u64, b: u64, cuts: &[(u64, u64)], out: &mut Vec<(u64, u64)>) {
+    let mut at = a;
+    for &(c0, c1) in cuts {
+        if c0 > at {
+            out.push((at, c0.min(b)));
+        }
+        at = at.max(c1);
+        if at >= b {
+            return;
+        }
+    }
+    if at < b {
+        out.push((at, b));
+    }
+}
+
+/// Anonymous memory may hold malloc's mmapped chunks (the tracer's big tables
+/// among them), also inside VMAs the kernel merged: skips every page-aligned
+/// chunk header and what it covers.
+fn walk_chunks(parts: &[(u64, u64)], mem: &mut dyn Memory, out: &mut Vec<(u64, u64)>) {
+    {
+        for &(a, b) in parts {
             let mut at = a;
             let mut run = a;
             while at < b {
@@ -629,7 +782,6 @@ pub fn plan_roots(maps: &[Mapping], plan: &RootPlan, mem: &mut dyn Memory) -> Ve
             }
         }
     }
-    out
 }
 
 // ---------------------------------------------------------------- the scan
@@ -956,7 +1108,10 @@ mod tests {
                     7ffd00000000-7ffd00021000 rw-p 00000000 00:00 0   [stack]\n\
                     7f0000000000-7f0000001000 ---p 00000000 00:00 0 \n";
         let m = parse_maps(text);
-        assert_eq!(m[0], map(0x55d0c0a00000, 0x55d0c0a01000, "rw", "/usr/bin/x y"));
+        assert_eq!(
+            m[0],
+            map(0x55d0c0a00000, 0x55d0c0a01000, "rw", "/usr/bin/x y")
+        );
         assert_eq!(m[1].path, "[stack]");
         assert_eq!(m[2], map(0x7f0000000000, 0x7f0000001000, "--", ""));
     }
@@ -969,7 +1124,7 @@ mod tests {
             map(0x3000, 0x5000, "rw", "/usr/lib/libtracer.so"), // ours: cut
             map(0x10000, 0x20000, "rw", "[heap]"),           // brk heap: skip
             map(0x20000, 0x21000, "r-", "/usr/lib/x.so"),    // read-only: skip
-            map(0x30000, 0x40000, "rw", ""),                 // holds a block: skip
+            map(0x30000, 0x40000, "rw", ""),                 // holds a block: cut
             map(g, g + 0x21000, "rw", ""),                   // arena heap: skip
             map(g + 0x100000, g + 0x103000, "rw", ""),       // mmapped chunk then data
             map(g + 0x200000, g + 0x201000, "--", ""),       // guard
@@ -977,7 +1132,7 @@ mod tests {
             map(g + 0x300000, g + 0x301000, "--", ""),       // guard
             map(g + 0x301000, g + 0x309000, "rw", ""),       // cached thread stack
             map(0x7ffd_0000_0000, 0x7ffd_0002_0000, "rw", "[stack]"),
-            map(0x9000, 0xa000, "rw", "/dev/dri/card0"),     // device: skip
+            map(0x9000, 0xa000, "rw", "/dev/dri/card0"), // device: skip
         ];
         let blocks = [(0x30010, 32)];
         let mut m = Fake::default();
@@ -999,6 +1154,8 @@ mod tests {
             roots,
             vec![
                 (0x1000, 0x3000),
+                (0x30000, 0x30010),
+                (0x30030, 0x40000),
                 (g + 0x102000, g + 0x103000),
                 (g + 0x208000, g + 0x209000),
                 (g + 0x309000 - 0x800, g + 0x309000),
