@@ -103,13 +103,20 @@ impl ExitPoint {
 
 impl ExitPoint {
     /// When called (indirectly) from libc's `exit`: moves the start of the
-    /// live stack up to the frame that called `exit`. The frames of `exit`
-    /// and its handlers hold nothing of the program's, but their unused slots
-    /// still hold stale words from earlier, deeper calls (the allocation
-    /// calls among them), which memcheck does not see (they are undefined for
-    /// it) and which would make leaked blocks look reachable.
+    /// live stack up to the frame that called `exit` (past libtracer's own
+    /// `exit` wrapper too, when there is one). The frames of `exit` and its
+    /// handlers hold nothing of the program's, but their unused slots still
+    /// hold stale words from earlier, deeper calls (the allocation calls among
+    /// them), which memcheck does not see (they are undefined for it) and
+    /// which would make leaked blocks look reachable. The caller must be
+    /// inside the tracer's guard (`dlsym` may allocate).
     pub fn above_exit(mut self) -> ExitPoint {
-        let exit_fn = libc::exit as *const () as u64;
+        // SAFETY: dlsym with a valid NUL-terminated name; RTLD_NEXT finds
+        // glibc's `exit` even when libtracer defines one.
+        let exit_fn = unsafe { libc::dlsym(libc::RTLD_NEXT, c"exit".as_ptr()) } as u64;
+        if exit_fn == 0 {
+            return self;
+        }
         // `exit` (a few instructions) calls the handlers; the slot holding
         // the return address into it is found above the current frames.
         let mut buf = vec![0u8; 64 * 1024];
@@ -118,23 +125,44 @@ impl ExitPoint {
             direct: false,
             readable: &[],
         };
-        let n = mem.read(self.sp, &mut buf);
-        for (i, c) in buf[..n].chunks_exact(8).enumerate() {
-            let w = u64::from_le_bytes(c.try_into().unwrap_or([0; 8]));
-            if w > exit_fn && w < exit_fn + 64 {
-                let sp_in_exit = self.sp + 8 * i as u64 + 8;
-                // The caller's stack starts at exit's CFA.
-                self.sp = match crate::cfi::compute(w) {
-                    crate::cfi::Rule::Frame {
-                        cfa_rbp: false,
-                        cfa_off,
-                        ..
-                    } => sp_in_exit + cfa_off as u64,
-                    _ => sp_in_exit,
-                };
-                break;
+        let n = mem.read(self.sp, &mut buf) as u64;
+        let word = |at: u64| -> Option<u64> {
+            let off = at.checked_sub(self.sp)?;
+            (off + 8 <= n).then(|| {
+                let o = off as usize;
+                u64::from_le_bytes(buf[o..o + 8].try_into().unwrap_or([0; 8]))
+            })
+        };
+        // The CFA of the frame a return address `ret` (found at `slot`)
+        // returns into, when its rule is stack-pointer based.
+        let cfa_of = |ret: u64, slot: u64| match crate::cfi::compute(ret) {
+            crate::cfi::Rule::Frame {
+                cfa_rbp: false,
+                cfa_off,
+                ..
+            } => Some(slot + 8 + cfa_off as u64),
+            _ => None,
+        };
+        let Some(slot) = (self.sp..self.sp + n)
+            .step_by(8)
+            .find(|&a| word(a).is_some_and(|w| w > exit_fn && w < exit_fn + 64))
+        else {
+            return self;
+        };
+        let Some(ret) = word(slot) else { return self };
+        let mut cfa = cfa_of(ret, slot).unwrap_or(slot + 8);
+        // Callers inside libtracer (an `exit` wrapper) are skipped as well.
+        let (lo, hi) = sys::own_text_range();
+        for _ in 0..4 {
+            match word(cfa - 8) {
+                Some(r) if r >= lo && r < hi => match cfa_of(r, cfa - 8) {
+                    Some(c) => cfa = c,
+                    None => break,
+                },
+                _ => break,
             }
         }
+        self.sp = self.sp.max(cfa);
         self
     }
 }
@@ -924,6 +952,10 @@ pub fn run(live: &mut Live, at: &ExitPoint) -> (Vec<(u64, LeakKind)>, Stats) {
     let regions = plan_roots(&maps, &plan, &mut mem);
     let root_bytes = regions.iter().map(|(a, b)| b - a).sum();
     if std::env::var_os("TRACER_SCAN_DEBUG").is_some() {
+        sys::stderr_line(&format!(
+            "leak scan: exiting thread {} from sp {:#x}",
+            at.tid, at.sp
+        ));
         explain_roots(&regions, &maps, &classifier, &mut mem);
     }
     classifier.mark_roots(&mut mem, &regions, &at.regs);
