@@ -18,7 +18,9 @@
 //!
 //! Exit (`atexit` registered by our constructor, so it runs after every other
 //! library's destructors), `_exit`, and `exec` all stop the writer, which
-//! drains the channel, symbolizes, and finishes the files; the wait is bounded
+//! drains the channel, symbolizes, and finishes the files (exit and `_exit`
+//! first ask for the leak scan of `scan`, which the writer runs after the
+//! drain); the wait is bounded
 //! so a stuck writer never holds the process. A fork child (followed) gets a
 //! fresh channel, files and writer; its copy of the parent's pending state is
 //! dropped unwritten. A `vfork` child shares our memory but not our pid: the
