@@ -122,6 +122,8 @@ pub(crate) struct DebugSearch<'a> {
     /// Whether paths recorded in files may be opened as they are (false
     /// under a sysroot: the host's files are not the traced machine's).
     pub host_paths: bool,
+    /// Whether to look for a separate debug file at all.
+    pub separate: bool,
 }
 
 fn map(path: &Path) -> Result<Arc<Mmap>, OpenError> {
@@ -290,7 +292,7 @@ impl Image {
         let build_id = file.build_id().ok().flatten();
         let mut debug_file = None;
         let mut dwarf_source: Option<(Arc<Mmap>, PathBuf)> = None;
-        if !has_debug_info(&file) {
+        if search.separate && !has_debug_info(&file) {
             let debuglink = file.gnu_debuglink().ok().flatten().map(|(name, _crc)| name);
             for candidate in debug_candidates(path, build_id, debuglink, search) {
                 let Ok(dmap) = map(&candidate) else { continue };

@@ -250,6 +250,9 @@ pub struct Symbolizer {
     entries: Vec<Entry>,
     options: Options,
     debug_dirs: Vec<PathBuf>,
+    /// Whether separate debug files are looked for (see
+    /// [`Symbolizer::without_separate_debug`]).
+    separate_debug: bool,
     cache: HashMap<(u64, bool), Resolution>,
     warnings: Vec<String>,
 }
@@ -288,9 +291,22 @@ impl Symbolizer {
             entries,
             options,
             debug_dirs,
+            separate_debug: true,
             cache: HashMap::new(),
             warnings: Vec::new(),
         }
+    }
+
+    /// Reads only the objects' own files: no separate debug file is looked
+    /// for (neither by build id nor by debuglink). Objects whose DWARF lives
+    /// in a separate file then resolve from their symbol tables alone. This
+    /// is what a traced process does at exit: decompressing a distribution's
+    /// detached debug info (tens of MiB for the C library) would cost more
+    /// than the whole run of a short program, and the offline symbolizer of
+    /// the CLI reads it anyway.
+    pub fn without_separate_debug(mut self) -> Symbolizer {
+        self.separate_debug = false;
+        self
     }
 
     /// Resolves `address`. `is_return_address` says the address is where a
@@ -386,6 +402,7 @@ impl Symbolizer {
             let search = DebugSearch {
                 debug_dirs: &self.debug_dirs,
                 host_paths: self.options.sysroot.is_none(),
+                separate: self.separate_debug,
             };
             match Image::open(&path, &search) {
                 Ok(image) => {

@@ -42,6 +42,22 @@ impl Profile {
 /// The default of `TRACER_SYSCALLS`.
 pub const DEFAULT_SYSCALLS: &str = "%file,%net,%mem,%process";
 
+/// What the writer names at exit (`TRACER_SYMBOLIZE`): the trace records
+/// addresses, and `tracer` symbolizes them offline anyway; names written at
+/// exit serve readers without the binaries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Symbolize {
+    /// Nothing: the trace holds addresses and objects only.
+    None,
+    /// The objects' own files (DWARF, else symbol tables), no separate debug
+    /// files: cheap for every process.
+    Exit,
+    /// Also separate debug files (`/usr/lib/debug`, debuglink): complete, but
+    /// a distribution's detached debug info can cost a short process more
+    /// than its whole run.
+    Full,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
     /// Allocation trace formats to write, one file each (never empty when
@@ -59,6 +75,7 @@ pub struct Config {
     pub output: String,
     pub stack_depth: usize,
     pub unwind: Unwind,
+    pub symbolize: Symbolize,
     pub follow_fork: bool,
     pub follow_exec: bool,
     pub quiet: bool,
@@ -80,6 +97,7 @@ impl Default for Config {
             output: DEFAULT_OUTPUT.to_string(),
             stack_depth: DEFAULT_DEPTH,
             unwind: Unwind::Dwarf,
+            symbolize: Symbolize::Exit,
             follow_fork: true,
             follow_exec: true,
             quiet: false,
@@ -202,6 +220,17 @@ impl Config {
                 "dwarf" => c.unwind = Unwind::Dwarf,
                 _ => complaints.push(format!(
                     "TRACER_UNWIND: {v:?} is not a method (accepted: fp, dwarf); using dwarf"
+                )),
+            }
+        }
+
+        if let Some(v) = get("TRACER_SYMBOLIZE") {
+            match v.trim() {
+                "exit" => c.symbolize = Symbolize::Exit,
+                "none" => c.symbolize = Symbolize::None,
+                "full" => c.symbolize = Symbolize::Full,
+                _ => complaints.push(format!(
+                    "TRACER_SYMBOLIZE: {v:?} is not a mode (accepted: exit, none, full); using exit"
                 )),
             }
         }
@@ -470,6 +499,29 @@ mod tests {
         assert!(!c.quiet);
         assert_eq!(complaints.len(), 2);
         assert!(complaints[1].starts_with("TRACER_QUIET: \"maybe\" is not 0 or 1; using 0"));
+    }
+
+    #[test]
+    fn symbolize_modes_and_a_bad_value() {
+        assert_eq!(cfg(&[]).0.symbolize, Symbolize::Exit);
+        for (v, want) in [
+            ("none", Symbolize::None),
+            ("exit", Symbolize::Exit),
+            (" full ", Symbolize::Full),
+        ] {
+            let (c, complaints) = cfg(&[("TRACER_SYMBOLIZE", v)]);
+            assert!(complaints.is_empty(), "{v}: {complaints:?}");
+            assert_eq!(c.symbolize, want, "{v}");
+        }
+        let (c, complaints) = cfg(&[("TRACER_SYMBOLIZE", "dwarf")]);
+        assert_eq!(c.symbolize, Symbolize::Exit);
+        assert_eq!(
+            complaints,
+            vec![
+                "TRACER_SYMBOLIZE: \"dwarf\" is not a mode (accepted: exit, none, full); using exit"
+                    .to_string()
+            ]
+        );
     }
 
     #[test]

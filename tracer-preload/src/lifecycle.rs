@@ -603,6 +603,7 @@ fn start(rx: Option<Receiver<Msg>>) -> bool {
         process: process_record(pid),
         info: info(cfg),
         depth: cfg.stack_depth,
+        symbolize: cfg.symbolize,
     };
     let job = Box::new(Job {
         rx,

@@ -17,7 +17,7 @@ use format_writers::Object;
 #[derive(Default)]
 pub struct Known {
     ranges: Vec<(u64, u64)>,
-    /// Path of each range, for `ranges_of`.
+    /// Path of each range.
     paths: Vec<String>,
     /// An unknown address was seen while a scan was not due yet.
     pending: bool,
@@ -55,13 +55,16 @@ impl Known {
         }
     }
 
-    /// Address ranges of the objects loaded from `path`.
-    pub fn ranges_of(&self, path: &str) -> Vec<(u64, u64)> {
+    /// The objects known, one per address range (for the symbolizer).
+    pub fn objects(&self) -> Vec<Object> {
         self.paths
             .iter()
             .zip(&self.ranges)
-            .filter(|(p, _)| p.as_str() == path)
-            .map(|(_, &r)| r)
+            .map(|(p, &(lo, hi))| Object {
+                path: p.clone(),
+                load_address: lo,
+                size: hi - lo,
+            })
             .collect()
     }
 

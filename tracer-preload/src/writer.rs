@@ -4,7 +4,8 @@
 //! It owns everything that is not the hot path: stack interning, the list of
 //! loaded objects (re-scanned with `dl_iterate_phdr` when a stack names an
 //! address outside every known object, which catches `dlopen`), thread names,
-//! the ordering fix-up for `realloc`, symbolization at the end, periodic
+//! the ordering fix-up for `realloc`, symbolization at the end (the
+//! `symbolizer` crate over the objects' files, `TRACER_SYMBOLIZE`), periodic
 //! flushes (about every 100 ms, so a killed program leaves a recoverable file)
 //! and finishing the files. The thread is marked as the tracer's own for good,
 //! so its allocations and file I/O never reach the hooks.
@@ -21,6 +22,7 @@ use format_writers::{
     TraceWriter,
 };
 
+use crate::config::Symbolize;
 use crate::intern::{Interned, StackTable, NO_STACK};
 use crate::{fds, objects, scan, sys, tls};
 
@@ -102,6 +104,7 @@ pub struct Setup {
     pub process: Process,
     pub info: Vec<(String, String)>,
     pub depth: usize,
+    pub symbolize: Symbolize,
 }
 
 const FLUSH_EVERY: Duration = Duration::from_millis(100);
@@ -112,6 +115,9 @@ struct State {
     outputs: Vec<Output>,
     stacks: StackTable,
     depth: usize,
+    symbolize: Symbolize,
+    /// Executable path, for the symbolizer.
+    executable: String,
     addresses: HashSet<u64>,
     objects: objects::Known,
     threads: HashSet<u32>,
@@ -139,6 +145,8 @@ pub fn run(
         outputs,
         stacks: StackTable::new(),
         depth: setup.depth,
+        symbolize: setup.symbolize,
+        executable: setup.process.executable.clone(),
         addresses: HashSet::new(),
         objects: objects::Known::default(),
         threads: HashSet::new(),
@@ -434,26 +442,63 @@ impl State {
     }
 
     /// Symbolizes now the addresses inside the objects loaded from `paths`
-    /// (about to be unloaded), after a scan that reports them if new.
+    /// (about to be unloaded: another object may later take their place),
+    /// after a scan that reports them if new.
     fn resolve_objects(&mut self, paths: &[String]) {
         let fresh = self.objects.rescan();
         self.emit_objects(fresh);
-        let ranges: Vec<(u64, u64)> = paths
-            .iter()
-            .flat_map(|p| self.objects.ranges_of(p))
+        let closing: Vec<Object> = self
+            .objects
+            .objects()
+            .into_iter()
+            .filter(|o| paths.contains(&o.path))
             .collect();
         let mut inside: Vec<u64> = self
             .addresses
             .iter()
             .copied()
-            .filter(|&a| ranges.iter().any(|&(lo, hi)| a >= lo && a < hi))
+            .filter(|&a| {
+                closing
+                    .iter()
+                    .any(|o| a >= o.load_address && a - o.load_address < o.size)
+            })
             .collect();
-        inside.sort_unstable();
-        for a in inside {
-            self.addresses.remove(&a);
-            if let Some(symbol) = resolve(a) {
-                self.emit(&Record::AddressSymbol { address: a, symbol });
+        for a in &inside {
+            self.addresses.remove(a);
+        }
+        self.symbolize(&closing, &mut inside, None);
+    }
+
+    /// Emits an `AddressSymbol` for every address of `addrs` that `objects`
+    /// can name, per `TRACER_SYMBOLIZE` (the files are read, not our memory).
+    fn symbolize(&mut self, objects: &[Object], addrs: &mut [u64], ctl: Option<&Control>) {
+        let separate = match self.symbolize {
+            Symbolize::None => return,
+            Symbolize::Exit => false,
+            Symbolize::Full => true,
+        };
+        addrs.sort_unstable();
+        let mut names =
+            symbolizer::Symbolizer::new(objects, &self.executable, symbolizer::Options::default());
+        if !separate {
+            names = names.without_separate_debug();
+        }
+        for &a in addrs.iter() {
+            if let Some(c) = ctl {
+                c.progress.fetch_add(1, Ordering::Relaxed);
             }
+            // Every frame is a return address: the call's line is wanted.
+            let r = names.symbolize(a, true);
+            // The innermost (possibly inlined) function names the frame.
+            let Some(f) = r.frames.iter().find(|f| f.function.is_some()) else {
+                continue;
+            };
+            let symbol = Symbol {
+                function: f.function.clone().unwrap_or_default(),
+                file: f.file.clone().unwrap_or_default(),
+                line: f.line.unwrap_or(0),
+            };
+            self.emit(&Record::AddressSymbol { address: a, symbol });
         }
     }
 
@@ -480,14 +525,9 @@ impl State {
     fn finish(&mut self, ctl: &Control) {
         let fresh = self.objects.rescan();
         self.emit_objects(fresh);
-        let mut addrs: Vec<u64> = self.addresses.iter().copied().collect();
-        addrs.sort_unstable();
-        for a in addrs {
-            ctl.progress.fetch_add(1, Ordering::Relaxed);
-            if let Some(symbol) = resolve(a) {
-                self.emit(&Record::AddressSymbol { address: a, symbol });
-            }
-        }
+        let mut addrs: Vec<u64> = std::mem::take(&mut self.addresses).into_iter().collect();
+        let objects = self.objects.objects();
+        self.symbolize(&objects, &mut addrs, Some(ctl));
         let outputs = std::mem::take(&mut self.outputs);
         for out in outputs {
             let ok = !self.failed && out.writer.finish().is_ok();
@@ -503,32 +543,6 @@ impl State {
             }
         }
     }
-}
-
-/// Function, file and line of a return address (looked up one byte before it,
-/// inside the call instruction). The innermost inlined function wins.
-fn resolve(address: u64) -> Option<Symbol> {
-    let mut found: Option<Symbol> = None;
-    let lookup = address.saturating_sub(1) as usize as *mut core::ffi::c_void;
-    // SAFETY: only this thread symbolizes while the tracer runs, which is the
-    // requirement of the unsynchronized entry point.
-    objects::loader_section(|| unsafe {
-        backtrace::resolve_unsynchronized(lookup, |sym| {
-            if found.is_some() {
-                return;
-            }
-            let Some(name) = sym.name() else { return };
-            found = Some(Symbol {
-                function: format!("{name:#}"),
-                file: sym
-                    .filename()
-                    .map(|f| f.display().to_string())
-                    .unwrap_or_default(),
-                line: sym.lineno().unwrap_or(0),
-            });
-        });
-    });
-    found
 }
 
 #[cfg(test)]
@@ -561,6 +575,8 @@ mod tests {
             outputs: vec![out],
             stacks: StackTable::new(),
             depth,
+            symbolize: Symbolize::Exit,
+            executable: String::new(),
             addresses: HashSet::new(),
             objects: objects::Known::default(),
             threads: HashSet::new(),

@@ -171,6 +171,15 @@ impl Tables {
 
     /// The metadata JSON: the document's three tables, then the `libtracer` key.
     pub fn metadata_json(&self) -> Vec<u8> {
+        let mut j = Vec::with_capacity(256 + self.stacks.len() * 64);
+        // Writing into a Vec cannot fail.
+        let _ = self.write_metadata(&mut j);
+        j
+    }
+
+    /// Streams the metadata JSON into `j` (no copy of the whole document is
+    /// built: with many stacks it is the largest thing the writer makes).
+    pub fn write_metadata<J: Write + ?Sized>(&self, j: &mut J) -> io::Result<()> {
         let mut late: HashMap<u64, (u32, u32, u32)> = HashMap::new();
         if self.unresolved.is_some() {
             for &(addr, func, file, line) in &self.address_symbols {
@@ -180,148 +189,160 @@ impl Tables {
         let mut order: Vec<usize> = (0..self.stacks.len()).collect();
         order.sort_unstable_by_key(|&i| self.stacks[i].0);
 
-        let mut j = Vec::with_capacity(256 + self.stacks.len() * 64);
-        j.extend_from_slice(b"{\"stack_traces\":{");
+        j.write_all(b"{\"stack_traces\":{")?;
         for (n, &i) in order.iter().enumerate() {
             let (id, frames) = &self.stacks[i];
-            sep(&mut j, n);
-            let _ = write!(j, "\"{id}\":[");
+            sep(j, n)?;
+            write!(j, "\"{id}\":[")?;
             // Outermost frame first, as in the document's example (main, then its callee).
             for (k, f) in frames.iter().rev().enumerate() {
                 let (func, file, line) = match late.get(&f.addr) {
                     Some(&sym) if Some(f.func) == self.unresolved => sym,
                     _ => (f.func, f.file, f.line),
                 };
-                sep(&mut j, k);
-                let _ = write!(
+                sep(j, k)?;
+                write!(
                     j,
                     "{{\"file_id\":{file},\"line\":{line},\"func_id\":{func}}}"
-                );
+                )?;
             }
-            j.push(b']');
+            j.write_all(b"]")?;
         }
-        j.extend_from_slice(b"},\"files\":");
-        string_table(&mut j, &self.files);
-        j.extend_from_slice(b",\"functions\":");
-        string_table(&mut j, &self.functions);
+        j.write_all(b"},\"files\":")?;
+        string_table(j, &self.files)?;
+        j.write_all(b",\"functions\":")?;
+        string_table(j, &self.functions)?;
 
-        j.extend_from_slice(b",\"libtracer\":{\"version\":1,\"unresolved_function\":");
+        j.write_all(b",\"libtracer\":{\"version\":1,\"unresolved_function\":")?;
         match self.unresolved {
             Some(id) => {
-                let _ = write!(j, "{id}");
+                write!(j, "{id}")?;
             }
-            None => j.extend_from_slice(b"null"),
+            None => j.write_all(b"null")?,
         }
-        j.extend_from_slice(b",\"stack_addresses\":{");
+        j.write_all(b",\"stack_addresses\":{")?;
         for (n, &i) in order.iter().enumerate() {
             let (id, frames) = &self.stacks[i];
-            sep(&mut j, n);
-            let _ = write!(j, "\"{id}\":[");
+            sep(j, n)?;
+            write!(j, "\"{id}\":[")?;
             for (k, f) in frames.iter().rev().enumerate() {
-                sep(&mut j, k);
-                let _ = write!(j, "{}", f.addr);
+                sep(j, k)?;
+                write!(j, "{}", f.addr)?;
             }
-            j.push(b']');
+            j.write_all(b"]")?;
         }
-        j.extend_from_slice(b"},\"process\":");
+        j.write_all(b"},\"process\":")?;
         match &self.process {
             Some(p) => {
-                let _ = write!(j, "{{\"pid\":{},\"executable\":", p.pid);
-                json_str(&mut j, &p.executable);
-                j.extend_from_slice(b",\"argv\":[");
+                write!(j, "{{\"pid\":{},\"executable\":", p.pid)?;
+                json_str(j, &p.executable)?;
+                j.write_all(b",\"argv\":[")?;
                 for (k, a) in p.command_line.iter().enumerate() {
-                    sep(&mut j, k);
-                    json_str(&mut j, a);
+                    sep(j, k)?;
+                    json_str(j, a)?;
                 }
-                let _ = write!(j, "],\"start_time_ns\":{}}}", p.start_time_ns);
+                write!(j, "],\"start_time_ns\":{}}}", p.start_time_ns)?;
             }
-            None => j.extend_from_slice(b"null"),
+            None => j.write_all(b"null")?,
         }
-        j.extend_from_slice(b",\"objects\":[");
+        j.write_all(b",\"objects\":[")?;
         for (k, o) in self.objects.iter().enumerate() {
-            sep(&mut j, k);
-            j.extend_from_slice(b"{\"path\":");
-            json_str(&mut j, &o.path);
-            let _ = write!(
+            sep(j, k)?;
+            j.write_all(b"{\"path\":")?;
+            json_str(j, &o.path)?;
+            write!(
                 j,
                 ",\"load_address\":{},\"size\":{}}}",
                 o.load_address, o.size
-            );
+            )?;
         }
-        j.extend_from_slice(b"],\"threads\":[");
+        j.write_all(b"],\"threads\":[")?;
         for (k, t) in self.threads.iter().enumerate() {
-            sep(&mut j, k);
-            let _ = write!(j, "{{\"tid\":{},\"name\":", t.tid);
-            json_str(&mut j, &t.name);
-            j.push(b'}');
+            sep(j, k)?;
+            write!(j, "{{\"tid\":{},\"name\":", t.tid)?;
+            json_str(j, &t.name)?;
+            j.write_all(b"}")?;
         }
-        j.extend_from_slice(b"],\"thread_slots\":[");
+        j.write_all(b"],\"thread_slots\":[")?;
         for (k, (seq, slot, tid)) in self.thread_slots.iter().enumerate() {
-            sep(&mut j, k);
-            let _ = write!(j, "[{seq},{slot},{tid}]");
+            sep(j, k)?;
+            write!(j, "[{seq},{slot},{tid}]")?;
         }
-        j.extend_from_slice(b"],\"address_symbols\":[");
+        j.write_all(b"],\"address_symbols\":[")?;
         for (k, (addr, func, file, line)) in self.address_symbols.iter().enumerate() {
-            sep(&mut j, k);
-            let _ = write!(j, "[{addr},{func},{file},{line}]");
+            sep(j, k)?;
+            write!(j, "[{addr},{func},{file},{line}]")?;
         }
-        j.extend_from_slice(b"],\"info\":[");
+        j.write_all(b"],\"info\":[")?;
         for (k, (key, value)) in self.info.iter().enumerate() {
-            sep(&mut j, k);
-            j.push(b'[');
-            json_str(&mut j, key);
-            j.push(b',');
-            json_str(&mut j, value);
-            j.push(b']');
+            sep(j, k)?;
+            j.write_all(b"[")?;
+            json_str(j, key)?;
+            j.write_all(b",")?;
+            json_str(j, value)?;
+            j.write_all(b"]")?;
         }
-        j.extend_from_slice(b"],\"marker_threads\":[");
+        j.write_all(b"],\"marker_threads\":[")?;
         for (k, tid) in self.marker_threads.iter().enumerate() {
-            sep(&mut j, k);
-            let _ = write!(j, "{tid}");
+            sep(j, k)?;
+            write!(j, "{tid}")?;
         }
-        let _ = write!(j, "],\"dropped_syscalls\":{}", self.dropped_syscalls);
+        write!(j, "],\"dropped_syscalls\":{}", self.dropped_syscalls)?;
         // Only written when a scan exists, so traces without one keep their bytes.
         if !self.leak_scans.is_empty() {
-            j.extend_from_slice(b",\"leak_scans\":[");
+            j.write_all(b",\"leak_scans\":[")?;
             for (k, scan) in self.leak_scans.iter().enumerate() {
-                sep(&mut j, k);
-                let _ = write!(
+                sep(j, k)?;
+                write!(
                     j,
                     "{{\"event_seq\":{},\"time_ns\":{},\"blocks\":[",
                     scan.event_seq, scan.time_ns
-                );
+                )?;
                 for (n, (addr, kind)) in scan.blocks.iter().enumerate() {
-                    sep(&mut j, n);
-                    let _ = write!(j, "[{addr},{}]", kind.code());
+                    sep(j, n)?;
+                    write!(j, "[{addr},{}]", kind.code())?;
                 }
-                j.extend_from_slice(b"]}");
+                j.write_all(b"]}")?;
             }
-            j.push(b']');
+            j.write_all(b"]")?;
         }
-        j.extend_from_slice(b"}}");
-        j
+        j.write_all(b"}}")
     }
 }
 
-fn sep(j: &mut Vec<u8>, n: usize) {
+fn sep<J: Write + ?Sized>(j: &mut J, n: usize) -> io::Result<()> {
     if n > 0 {
-        j.push(b',');
+        j.write_all(b",")?;
     }
+    Ok(())
 }
 
-fn json_str(j: &mut Vec<u8>, s: &str) {
-    // Serialising a &str into a Vec cannot fail.
-    let _ = serde_json::to_writer(&mut *j, s);
+fn json_str<J: Write + ?Sized>(j: &mut J, s: &str) -> io::Result<()> {
+    serde_json::to_writer(&mut *j, s).map_err(io::Error::other)
 }
 
-fn string_table(j: &mut Vec<u8>, names: &[String]) {
-    j.push(b'{');
+fn string_table<J: Write + ?Sized>(j: &mut J, names: &[String]) -> io::Result<()> {
+    j.write_all(b"{")?;
     for (k, name) in names.iter().enumerate() {
-        sep(j, k);
-        let _ = write!(j, "\"{k}\":");
-        json_str(j, name);
+        sep(j, k)?;
+        write!(j, "\"{k}\":")?;
+        json_str(j, name)?;
     }
-    j.push(b'}');
+    j.write_all(b"}")
+}
+
+/// A sink that only counts: the metadata's length goes into the header,
+/// before the metadata itself, which is then streamed.
+struct Counter(u64);
+
+impl Write for Counter {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0 += buf.len() as u64;
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
 }
 
 /// Assigns the 16-bit thread slots of ALLOC events to OS thread ids.
@@ -617,8 +638,9 @@ impl<W: Write> Writer<W> {
     }
 
     fn finish_inner(mut self) -> io::Result<()> {
-        let meta = self.t.metadata_json();
-        let meta_len = u32::try_from(meta.len()).map_err(|_| {
+        let mut counter = Counter(0);
+        self.t.write_metadata(&mut counter)?;
+        let meta_len = u32::try_from(counter.0).map_err(|_| {
             io::Error::new(
                 io::ErrorKind::InvalidData,
                 "mlyze metadata exceeds the 4 GiB its 32-bit length field can describe",
@@ -626,7 +648,7 @@ impl<W: Write> Writer<W> {
         })?;
         self.out
             .write_all(&header(self.t.header_start_us(), meta_len))?;
-        self.out.write_all(&meta)?;
+        self.t.write_metadata(&mut self.out)?;
         if let Some(sp) = &mut self.spool {
             match &mut sp.file {
                 SpoolStore::File(f) => copy_ranges(f, &sp.event_ranges, &mut self.out)?,
