@@ -118,20 +118,28 @@ fn slot(ip: u64) -> usize {
     (ip.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 49) as usize & (SLOTS - 1)
 }
 
+/// The cached value of `ip`'s rule, encoded, with check bits that match
+/// `ip` (computed and stored on a miss).
 #[inline]
-fn lookup(table: *const Entry, ip: u64) -> Rule {
+fn lookup(table: *const Entry, ip: u64) -> u64 {
     // SAFETY: `table` points to SLOTS live entries (leaked, never freed).
     let e = unsafe { &*table.add(slot(ip)) };
     if e.key.load(Ordering::Acquire) == ip {
-        if let Some(r) = decode(ip, e.val.load(Ordering::Acquire)) {
-            return r;
+        let v = e.val.load(Ordering::Acquire);
+        if v & 0xf_ffff == check_bits(ip) && v >> 62 != 0 {
+            return v;
         }
     }
-    let r = compute(ip);
-    e.val.store(encode(ip, r), Ordering::Release);
+    let v = encode(ip, compute(ip));
+    e.val.store(v, Ordering::Release);
     e.key.store(ip, Ordering::Release);
-    r
+    v
 }
+
+/// The encoded body (without check bits) of the rule of a function that
+/// keeps the frame-pointer convention: CFA = rbp + 16, caller's rbp saved at
+/// CFA - 16. Such a frame is unwound exactly like a frame-pointer walk.
+const FP_FRAME: u64 = (KIND_FRAME << 62) | (1 << 61) | (1 << 60) | (16 << 36) | (0xfff0 << 20);
 
 /// glibc's `struct dl_find_object` (2.35+).
 #[repr(C)]
@@ -264,14 +272,34 @@ pub fn capture(
     while n < buf.len() {
         buf[n] = ip;
         n += 1;
-        let (cfa_rbp, cfa_off, rbp_off) = match lookup(table, ip) {
-            Rule::Frame {
+        let v = lookup(table, ip);
+        if v == FP_FRAME | check_bits(ip) {
+            // The common case, written so that the loads below depend on
+            // `rbp` alone and not on the cached rule: the processor runs
+            // ahead along the (predicted) branch, overlapping the next
+            // frame's table lookup with this frame's reads.
+            let cfa = rbp.wrapping_add(16);
+            if !readable(rbp.wrapping_add(8)) || cfa <= rsp || !readable(rbp) {
+                break;
+            }
+            // SAFETY: both words checked to lie inside this thread's stack.
+            let (ra, saved) = unsafe { (*((rbp + 8) as *const u64), *(rbp as *const u64)) };
+            rbp = saved;
+            rsp = cfa;
+            if ra == 0 {
+                break;
+            }
+            ip = ra;
+            continue;
+        }
+        let (cfa_rbp, cfa_off, rbp_off) = match decode(ip, v) {
+            Some(Rule::Frame {
                 cfa_rbp,
                 cfa_off,
                 rbp_off,
-            } => (cfa_rbp, cfa_off, rbp_off),
-            Rule::End => break,
-            Rule::Complex => return None,
+            }) => (cfa_rbp, cfa_off, rbp_off),
+            Some(Rule::End) => break,
+            Some(Rule::Complex) | None => return None,
         };
         let cfa = if cfa_rbp { rbp } else { rsp }.wrapping_add(cfa_off as u64);
         if !readable(cfa.wrapping_sub(8)) || cfa <= rsp {
@@ -328,6 +356,36 @@ mod tests {
             Rule::Complex,
         ] {
             assert_eq!(decode(ip, encode(ip, rule)), Some(rule));
+        }
+    }
+
+    #[test]
+    fn the_frame_pointer_rule_has_the_fast_path_encoding() {
+        let ip = 0x5555_1234_5678;
+        let fp = Rule::Frame {
+            cfa_rbp: true,
+            cfa_off: 16,
+            rbp_off: Some(-16),
+        };
+        assert_eq!(encode(ip, fp), FP_FRAME | check_bits(ip));
+        for other in [
+            Rule::Frame {
+                cfa_rbp: false,
+                cfa_off: 16,
+                rbp_off: Some(-16),
+            },
+            Rule::Frame {
+                cfa_rbp: true,
+                cfa_off: 24,
+                rbp_off: Some(-16),
+            },
+            Rule::Frame {
+                cfa_rbp: true,
+                cfa_off: 16,
+                rbp_off: None,
+            },
+        ] {
+            assert_ne!(encode(ip, other), FP_FRAME | check_bits(ip));
         }
     }
 

@@ -8,6 +8,7 @@
 //! with a million distinct stacks its probability is about 3·10⁻⁸.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 
 /// The key of "no stack" (depth 0, or nothing could be captured).
 pub const NO_STACK: u64 = 0;
@@ -18,10 +19,28 @@ pub fn stack_key(frames: &[u64]) -> u64 {
     if frames.is_empty() {
         return NO_STACK;
     }
-    // One multiply per frame on the hot path, full avalanche at the end.
-    let mut h: u64 = 0x9e37_79b9_7f4a_7c15 ^ (frames.len() as u64);
-    for &f in frames {
-        h = (h.rotate_left(23) ^ f).wrapping_mul(0x632b_e59b_d9b4_e019);
+    // Four independent lanes (frame i feeds lane i % 4), so the multiplies
+    // of neighbouring frames overlap instead of forming one long chain; one
+    // multiply per frame, lanes combined in order, full avalanche at the end.
+    const M: u64 = 0x632b_e59b_d9b4_e019;
+    let mut lanes: [u64; 4] = [
+        0x9e37_79b9_7f4a_7c15 ^ (frames.len() as u64),
+        0xc2b2_ae3d_27d4_eb4f,
+        0x1656_67b1_9e37_79f9,
+        0x27d4_eb2f_1656_67c5,
+    ];
+    let mut chunks = frames.chunks_exact(4);
+    for c in &mut chunks {
+        for (lane, &f) in lanes.iter_mut().zip(c) {
+            *lane = (lane.rotate_left(23) ^ f).wrapping_mul(M);
+        }
+    }
+    for (lane, &f) in lanes.iter_mut().zip(chunks.remainder()) {
+        *lane = (lane.rotate_left(23) ^ f).wrapping_mul(M);
+    }
+    let mut h = lanes[0];
+    for &l in &lanes[1..] {
+        h = (h.rotate_left(29) ^ l).wrapping_mul(M);
     }
     let h = mix(h);
     if h == NO_STACK {
@@ -47,10 +66,29 @@ pub enum Interned {
     Known(u64),
 }
 
+/// Hashes a stack key to itself: keys are already avalanche-mixed, so the
+/// writer's table lookup (one per allocation) needs no SipHash round.
+#[derive(Default)]
+pub struct KeyHasher(u64);
+
+impl Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = v;
+    }
+}
+
 /// The writer's key → id table.
 #[derive(Default)]
 pub struct StackTable {
-    ids: HashMap<u64, u64>,
+    ids: HashMap<u64, u64, BuildHasherDefault<KeyHasher>>,
     next: u64,
 }
 

@@ -210,8 +210,17 @@ fn stack_now() -> u64 {
     } else {
         Unwind::Dwarf
     };
-    let mut buf = [0u64; config::MAX_DEPTH];
-    let n = unwind::capture(method, &mut buf[..depth]);
+    // Zeroing 2 KiB per event costs more than the unwinding of a short
+    // stack: the default depth gets a buffer of its own size.
+    let mut small = [0u64; config::DEFAULT_DEPTH];
+    let mut large;
+    let buf: &mut [u64] = if depth <= small.len() {
+        &mut small[..depth]
+    } else {
+        large = [0u64; config::MAX_DEPTH];
+        &mut large[..depth]
+    };
+    let n = unwind::capture(method, buf);
     let frames = &buf[..n];
     let key = stack_key(frames);
     if key != NO_STACK
