@@ -38,7 +38,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender, TrySendError};
 use format_writers::{
-    callgrind, dumpalloc, malt, mlyze, output, tlv, Format, Process, Syscall, TraceWriter,
+    callgrind, dumpalloc, malt, mlyze, output, tlv, Format, Process, TraceWriter,
 };
 
 use crate::config::{self, Config, Unwind};
@@ -314,9 +314,11 @@ pub fn on_marker(name: &[u8]) {
     sys::set_errno(saved);
 }
 
-/// A captured system call (called inside the guard by `syscalls`).
-pub fn on_syscall(call: Box<Syscall>) {
-    deliver(Msg::Syscall(call));
+/// Whether records are taken now (the writer runs or is about to start):
+/// system calls go to their thread's ring only then (`syscalls::ring`).
+#[inline]
+pub fn accepting() -> bool {
+    matches!(STATE.load(Ordering::Acquire), INITIALISING | TRACING)
 }
 
 // ---------------------------------------------------------------- start-up
@@ -837,6 +839,7 @@ extern "C" fn fork_child() {
     tls::reset_after_fork();
     let state = STATE.load(Ordering::Acquire);
     TRACED_PID.store(sys::raw_getpid(), Ordering::Relaxed);
+    crate::syscalls::ring::after_fork_child();
     match state {
         NOT_YET | DISABLED => {}
         INITIALISING => EARLY.with(|list| list.clear()),

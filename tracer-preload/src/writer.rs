@@ -24,7 +24,7 @@ use format_writers::{
 
 use crate::config::Symbolize;
 use crate::intern::{Interned, StackTable, NO_STACK};
-use crate::{fds, objects, scan, sys, tls};
+use crate::{fds, objects, scan, sys, syscalls, tls};
 
 /// One message from a hook to the writer. Kept small (48 bytes) because the
 /// channel preallocates a slot per message.
@@ -63,9 +63,6 @@ pub enum Msg {
         tid: u32,
         name: Box<str>,
     },
-    /// A captured system call, complete (see `syscalls`); it goes to the
-    /// syscall outputs only.
-    Syscall(Box<Syscall>),
 }
 
 /// One output file.
@@ -178,12 +175,14 @@ pub fn run(
                 break;
             }
         }
+        got += st.drain_syscalls() as u32;
         ctl.progress.fetch_add(1, Ordering::Relaxed);
         let wanted = ctl.flush_requested.load(Ordering::SeqCst);
         if wanted != ctl.flush_done.load(Ordering::Relaxed) {
             while let Ok(m) = rx.try_recv() {
                 st.handle(m);
             }
+            st.drain_syscalls();
             let unloading = ctl
                 .unloading
                 .lock()
@@ -208,7 +207,7 @@ pub fn run(
             dirty = false;
         }
         if got == 0 {
-            if ctl.stop.load(Ordering::SeqCst) && rx.is_empty() {
+            if ctl.stop.load(Ordering::SeqCst) && rx.is_empty() && syscalls::ring::all_empty() {
                 break;
             }
             sleep_until_woken(&rx, idle);
@@ -224,6 +223,7 @@ pub fn run(
             st.handle(m);
         }
     }
+    st.drain_syscalls();
     st.finish(ctl);
     ctl.done.store(true, Ordering::SeqCst);
     rx
@@ -239,6 +239,15 @@ fn sleep_until_woken(rx: &Receiver<Msg>, max: Duration) {
         sys::futex_wait(&SLEEPING, 1, max);
     }
     SLEEPING.store(0, Ordering::SeqCst);
+}
+
+/// Wakes the writer if it sleeps, without writing the shared word when it
+/// does not (a producer's ring passed half full).
+#[inline]
+pub fn wake_if_sleeping() {
+    if SLEEPING.load(Ordering::Relaxed) == 1 {
+        wake();
+    }
 }
 
 /// Wakes the writer if it sleeps (called when the channel is full, or to
@@ -266,13 +275,20 @@ impl State {
         }
     }
 
+    /// Writes the system calls the program's threads queued in their rings
+    /// (see `syscalls::ring`); returns how many.
+    fn drain_syscalls(&mut self) -> usize {
+        syscalls::ring::drain(|call| self.emit_syscall(call))
+    }
+
     /// A system call, to the syscall outputs only (their times are kept as
     /// taken: calls are queued when they return, not when they started).
-    fn emit_syscall(&mut self, call: Syscall) {
+    /// `call` is lent to the record and handed back (its vector is reused).
+    fn emit_syscall(&mut self, call: &mut Syscall) {
         if self.failed {
             return;
         }
-        let record = Record::Event(Event::Syscall(call));
+        let record = Record::Event(Event::Syscall(std::mem::take(call)));
         for out in self.outputs.iter_mut().filter(|o| o.syscalls) {
             if let Err(e) = out.writer.write(&record) {
                 crate::sys::stderr_line(&format!(
@@ -280,8 +296,11 @@ impl State {
                     out.path.display()
                 ));
                 self.failed = true;
-                return;
+                break;
             }
+        }
+        if let Record::Event(Event::Syscall(c)) = record {
+            *call = c;
         }
     }
 
@@ -413,7 +432,6 @@ impl State {
                     name: name.into(),
                 })));
             }
-            Msg::Syscall(call) => self.emit_syscall(*call),
         }
     }
 
@@ -705,7 +723,7 @@ mod tests {
             args: vec![],
         };
         st.handle(alloc(4, 0xa0, false));
-        st.handle(Msg::Syscall(Box::new(call.clone())));
+        st.emit_syscall(&mut call.clone());
         let is_call = |r: &Record| matches!(r, Record::Event(Event::Syscall(_)));
         assert!(!alloc_seen.lock().unwrap().iter().any(is_call));
         let tlv = tlv_seen.lock().unwrap();

@@ -1,7 +1,8 @@
 //! System call capture (`TRACER_FORMAT=tlv`): the C library's exported
 //! wrappers of the `%file`, `%net`, `%mem` and `%process` groups are
-//! interposed, and each call the program makes through one becomes a
-//! `format_writers::Syscall` sent to the writer thread like an allocation.
+//! interposed, and each call the program makes through one becomes a compact
+//! record in its thread's ring ([`ring`]), which the writer thread turns into
+//! a `format_writers::Syscall` for the `.tlv` output.
 //!
 //! A wrapper ([`hooks`]) finds glibc's function with `dlsym(RTLD_NEXT, …)` on
 //! its first use ([`Real`]), then, when the call is to be captured
@@ -24,13 +25,12 @@
 //! `docs/formats/syscall-tlv.md`). `TRACER_SYSCALLS` selects by that number.
 
 pub mod hooks;
+pub mod ring;
 
 use core::ffi::{c_char, c_void, CStr};
 use core::sync::atomic::{AtomicBool, AtomicI64, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
-use format_writers::{Syscall, SyscallArg};
-
-use crate::{lifecycle, sys, tls};
+use crate::{sys, tls};
 
 /// Largest `TRACER_SYSCALL_DATA` accepted (one argument element holds 65,535
 /// bytes; longer prefixes would be cut by the format anyway).
@@ -56,6 +56,7 @@ pub fn configure(numbers: &[u16], data: usize) {
         }
     }
     DATA_CAP.store(data.min(MAX_DATA), Ordering::Relaxed);
+    ring::init();
     find_tid_offset();
     ON.store(true, Ordering::Release);
 }
@@ -88,8 +89,8 @@ pub fn done(nr: u16, t0: u64, result: i64, args: impl FnOnce(&mut Args)) {
     sys::set_errno(err);
 }
 
-/// Builds and sends one record (inside the guard). `duration` is `None` for
-/// calls that do not return (exec, exit).
+/// Builds one record and appends it to this thread's ring (inside the
+/// guard). `duration` is `None` for calls that do not return (exec, exit).
 fn send(
     nr: u16,
     t0: u64,
@@ -100,40 +101,57 @@ fn send(
 ) {
     let Some(_g) = tls::enter() else { return };
     let mut a = Args {
-        v: Vec::with_capacity(6),
+        d: ring::Draft {
+            nr,
+            tid: tls::tid(),
+            errno: (result == -1).then_some(err),
+            time_ns: t0,
+            duration_ns: duration,
+            result,
+            n: 0,
+            kinds: [0; ring::MAX_ARGS],
+            values: [0; ring::MAX_ARGS],
+            bytes: [(core::ptr::null(), 0); ring::MAX_ARGS],
+        },
         cap: DATA_CAP.load(Ordering::Relaxed),
     };
     args(&mut a);
-    let call = Syscall {
-        number: nr,
-        result,
-        errno: (result == -1).then_some(err),
-        thread: Some(tls::tid()),
-        time_ns: Some(t0),
-        duration_ns: duration,
-        args: a.v,
-    };
-    lifecycle::on_syscall(Box::new(call));
+    // SAFETY: the byte sources recorded by `Args` are the caller's readable
+    // paths and buffers, still live during this call.
+    unsafe { ring::push(&a.d) };
 }
 
-/// Argument elements of one record, in kernel argument order.
+/// Argument elements of one record, in kernel argument order (at most
+/// [`ring::MAX_ARGS`]); paths and buffers are remembered by address and
+/// copied once, into the ring.
 pub struct Args {
-    v: Vec<SyscallArg>,
+    d: ring::Draft,
     cap: usize,
 }
 
 impl Args {
+    #[inline]
+    fn push(&mut self, kind: u8, value: u64, bytes: (*const u8, usize)) {
+        let i = self.d.n;
+        debug_assert!(i < ring::MAX_ARGS);
+        if i < ring::MAX_ARGS {
+            self.d.kinds[i] = kind;
+            self.d.values[i] = value;
+            self.d.bytes[i] = bytes;
+            self.d.n = i + 1;
+        }
+    }
     pub fn fd(&mut self, fd: i32) {
-        self.v.push(SyscallArg::Fd(fd));
+        self.push(ring::kind::FD, fd as u32 as u64, (core::ptr::null(), 0));
     }
     pub fn int(&mut self, v: i64) {
-        self.v.push(SyscallArg::Int(v));
+        self.push(ring::kind::INT, v as u64, (core::ptr::null(), 0));
     }
     pub fn flags(&mut self, v: u64) {
-        self.v.push(SyscallArg::Flags(v));
+        self.push(ring::kind::FLAGS, v, (core::ptr::null(), 0));
     }
     pub fn ptr<T>(&mut self, p: *const T) {
-        self.v.push(SyscallArg::Pointer(p as u64));
+        self.push(ring::kind::POINTER, p as u64, (core::ptr::null(), 0));
     }
     /// A NUL-terminated path (a null pointer is recorded as a pointer).
     ///
@@ -143,8 +161,8 @@ impl Args {
         if p.is_null() {
             self.ptr(p);
         } else {
-            self.v
-                .push(SyscallArg::Path(CStr::from_ptr(p).to_bytes().to_vec()));
+            let len = CStr::from_ptr(p).count_bytes();
+            self.push(ring::kind::PATH, 0, (p.cast(), len));
         }
     }
     /// A buffer of `len` bytes at `p`, of which the first `TRACER_SYSCALL_DATA`
@@ -158,12 +176,7 @@ impl Args {
         } else {
             (len.min(self.cap as u64)) as usize
         };
-        let data = if n == 0 {
-            Vec::new()
-        } else {
-            core::slice::from_raw_parts(p.cast::<u8>(), n).to_vec()
-        };
-        self.v.push(SyscallArg::Buffer { len, data });
+        self.push(ring::kind::BUFFER, len, (p.cast(), n));
     }
     /// A socket address: a buffer of `len` bytes, or a null pointer.
     ///
