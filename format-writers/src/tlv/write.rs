@@ -161,9 +161,8 @@ impl<'a> Enc<'a> {
         self.bytes(&b);
     }
     fn pad4(&mut self) {
-        while !self.buf.len().is_multiple_of(4) {
-            self.buf.push(0);
-        }
+        let n = self.buf.len().next_multiple_of(4);
+        self.buf.resize(n, 0);
     }
     /// Writes a segment tag and a length placeholder; returns where the body starts.
     fn open_segment(&mut self, tag: u32) -> usize {
@@ -185,10 +184,19 @@ impl<'a> Enc<'a> {
     }
     /// One IE; `value` must be at most [`MAX_IE_VALUE`] bytes (callers cut it).
     fn ie(&mut self, tag: u16, value: &[u8]) {
-        debug_assert!(value.len() <= MAX_IE_VALUE);
+        self.ie2(tag, &[], value);
+    }
+    /// One IE whose value is `head` then `rest` (a length field and a
+    /// captured prefix), without assembling it first; at most
+    /// [`MAX_IE_VALUE`] bytes in all.
+    fn ie2(&mut self, tag: u16, head: &[u8], rest: &[u8]) {
+        let len = head.len() + rest.len();
+        debug_assert!(len <= MAX_IE_VALUE);
+        self.buf.reserve(4 + len + 3);
         self.u16(tag);
-        self.u16(value.len() as u16);
-        self.bytes(value);
+        self.u16(len as u16);
+        self.bytes(head);
+        self.bytes(rest);
         self.pad4();
     }
     /// A string IE, continued in [`header_ie::CONTINUATION`] IEs past 65,535 bytes.
@@ -358,16 +366,10 @@ fn encode_arg(e: &mut Enc<'_>, a: &SyscallArg) {
                 e.ie(arg::DATA, data);
             } else if let Ok(len32) = u32::try_from(*len) {
                 let data = &data[..data.len().min(MAX_IE_VALUE - 4)];
-                let mut v = Vec::with_capacity(4 + data.len());
-                v.extend_from_slice(&ne32(len32));
-                v.extend_from_slice(data);
-                e.ie(arg::PARTIAL_DATA, &v);
+                e.ie2(arg::PARTIAL_DATA, &ne32(len32), data);
             } else {
                 let data = &data[..data.len().min(MAX_IE_VALUE - 8)];
-                let mut v = Vec::with_capacity(8 + data.len());
-                v.extend_from_slice(&ne64(*len));
-                v.extend_from_slice(data);
-                e.ie(arg::LONG_PARTIAL_DATA, &v);
+                e.ie2(arg::LONG_PARTIAL_DATA, &ne64(*len), data);
             }
         }
     }
