@@ -341,7 +341,9 @@ pub fn constructor() {
     if cfg.enabled && cfg.wants_syscalls {
         crate::syscalls::configure(&cfg.syscalls, cfg.syscall_data);
     }
-    crate::scan::set_enabled(cfg.leak_scan);
+    // With only syscall capture requested no allocation is recorded, so there
+    // are no live blocks to classify: the scan would be pure cost at exit.
+    crate::scan::set_enabled(cfg.leak_scan && cfg.allocations());
     CONFIG.store(Box::into_raw(Box::new(cfg)), Ordering::Release);
     // SAFETY: the handlers are plain functions that stay valid for the life of
     // the process; registering them has no other precondition.
