@@ -184,31 +184,157 @@ pub fn take_request() -> Option<ExitPoint> {
 }
 
 /// The blocks live in the stream written so far (writer thread only).
+///
+/// An open-addressing table of one `u64` per slot (linear probing,
+/// backward-shift deletion, no tombstones, at most 3/4 full): a block whose
+/// address is 16-aligned and below 2^48 (every glibc block) is packed as
+/// `(address >> 4) << 20 | size`, so the writer's per-event cost is a
+/// multiply and a probe or two in one cache line, and its memory 8 to 16
+/// bytes per live block with no per-entry allocation (a `HashMap<u64, u64>`
+/// with SipHash cost ~0.3 s and ~18 MiB on python3 building a 300k dict).
+/// A size of 2^20 - 1 or more keeps the marker [`BIG`] in the slot and the
+/// size in `other`; any other address lives in `other` alone.
 #[derive(Default)]
 pub struct Live {
-    blocks: HashMap<u64, u64>,
+    slots: Vec<u64>,
+    /// Occupied slots.
+    len: usize,
+    other: HashMap<u64, u64>,
 }
 
+/// Size field of a slot whose size is in `Live::other`.
+const BIG: u64 = (1 << 20) - 1;
+
 impl Live {
-    pub fn alloc(&mut self, addr: u64, size: u64) {
-        if enabled() {
-            self.blocks.insert(addr, size);
+    /// The slot form of a block's address (never 0), if it has one.
+    #[inline]
+    fn key(addr: u64) -> Option<u64> {
+        (addr & 15 == 0 && (16..1 << 48).contains(&addr)).then_some(addr >> 4)
+    }
+
+    #[inline]
+    fn home(&self, key: u64) -> usize {
+        let bits = self.slots.len().trailing_zeros();
+        (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - bits)) as usize
+    }
+
+    /// The slot holding `key`, or the empty slot where it would go.
+    #[inline]
+    fn probe(&self, key: u64) -> (usize, bool) {
+        let mask = self.slots.len() - 1;
+        let mut i = self.home(key);
+        loop {
+            let s = self.slots[i];
+            if s == 0 {
+                return (i, false);
+            }
+            if s >> 20 == key {
+                return (i, true);
+            }
+            i = (i + 1) & mask;
         }
+    }
+
+    fn grow(&mut self) {
+        let cap = (self.slots.len() * 2).max(1024);
+        let old = std::mem::replace(&mut self.slots, vec![0; cap]);
+        for s in old.into_iter().filter(|&s| s != 0) {
+            let (i, _) = self.probe(s >> 20);
+            self.slots[i] = s;
+        }
+    }
+
+    pub fn alloc(&mut self, addr: u64, size: u64) {
+        if !enabled() {
+            return;
+        }
+        let Some(key) = Self::key(addr) else {
+            self.other.insert(addr, size);
+            return;
+        };
+        if (self.len + 1) * 4 > self.slots.len() * 3 {
+            self.grow();
+        }
+        let (i, found) = self.probe(key);
+        if found && self.slots[i] & BIG == BIG {
+            self.other.remove(&addr);
+        }
+        let field = if size >= BIG {
+            self.other.insert(addr, size);
+            BIG
+        } else {
+            size
+        };
+        self.slots[i] = key << 20 | field;
+        self.len += usize::from(!found);
     }
 
     pub fn free(&mut self, addr: u64) {
-        if !self.blocks.is_empty() {
-            self.blocks.remove(&addr);
+        if self.len == 0 && self.other.is_empty() {
+            return;
         }
+        let Some(key) = Self::key(addr) else {
+            self.other.remove(&addr);
+            return;
+        };
+        if self.len == 0 {
+            return;
+        }
+        let (mut i, found) = self.probe(key);
+        if !found {
+            return;
+        }
+        if self.slots[i] & BIG == BIG {
+            self.other.remove(&addr);
+        }
+        // Backward shift: later entries of the run move into the hole when
+        // their home does not lie (cyclically) after it.
+        let mask = self.slots.len() - 1;
+        let mut j = i;
+        loop {
+            j = (j + 1) & mask;
+            let s = self.slots[j];
+            if s == 0 {
+                break;
+            }
+            let h = self.home(s >> 20);
+            if (j.wrapping_sub(h) & mask) >= (j.wrapping_sub(i) & mask) {
+                self.slots[i] = s;
+                i = j;
+            }
+        }
+        self.slots[i] = 0;
+        self.len -= 1;
     }
 
     /// The blocks sorted by address; the table is emptied and its memory
-    /// given back (it must not be found by the scan).
+    /// given back (it must not be found by the scan). The packed slots are
+    /// compacted and sorted in place (their order is the addresses'), so the
+    /// peak is the table plus the result, not two tables.
     fn take_sorted(&mut self) -> Vec<(u64, u64)> {
-        let map = std::mem::take(&mut self.blocks);
-        let mut v = Vec::with_capacity(map.len());
-        v.extend(map);
-        v.sort_unstable();
+        let mut slots = std::mem::take(&mut self.slots);
+        let other = std::mem::take(&mut self.other);
+        self.len = 0;
+        slots.retain(|&s| s != 0);
+        slots.shrink_to_fit();
+        slots.sort_unstable();
+        let mut v = Vec::with_capacity(slots.len() + other.len());
+        let mut small = other.len();
+        for s in slots {
+            let addr = (s >> 20) << 4;
+            let size = match s & BIG {
+                BIG => {
+                    small = small.saturating_sub(1);
+                    other.get(&addr).copied().unwrap_or(BIG)
+                }
+                f => f,
+            };
+            v.push((addr, size));
+        }
+        if small > 0 {
+            v.extend(other.into_iter().filter(|&(a, _)| Self::key(a).is_none()));
+            v.sort_unstable();
+        }
         v
     }
 }
@@ -1025,6 +1151,53 @@ mod tests {
             }
             buf.len()
         }
+    }
+
+    /// The packed live table against a `HashMap` model: random allocations
+    /// (clustered addresses, so probe runs collide and wrap), frees of live
+    /// and unknown addresses, re-allocations of a live address, huge sizes
+    /// and addresses the slots cannot hold; the sorted result must match.
+    #[test]
+    fn live_table_matches_a_map_through_growth_and_deletions() {
+        set_enabled(true);
+        let mut live = Live::default();
+        let mut model: HashMap<u64, u64> = HashMap::new();
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for round in 0..200_000u64 {
+            let r = next();
+            let addr = match r % 16 {
+                0 => 0x7f00_0000_0000 + (r >> 8) % 4096 * 8, // 8-aligned: `other`
+                1 => (1 << 50) | (((r >> 8) % 64) << 4),     // above 2^48: `other`
+                _ => 0x5555_0000_0000 + (r >> 8) % 40_000 * 16,
+            };
+            let size = match (r >> 40) % 50 {
+                0 => (1 << 20) - 1 + (r >> 20) % 3, // BIG and beyond
+                1 => 0,
+                _ => (r >> 20) % 5000,
+            };
+            if (r >> 4) % 3 == 0 || round % 7 == 0 {
+                live.free(addr);
+                model.remove(&addr);
+            } else {
+                live.alloc(addr, size);
+                model.insert(addr, size);
+            }
+        }
+        let mut want: Vec<(u64, u64)> = model.into_iter().collect();
+        want.sort_unstable();
+        assert!(want.len() > 10_000);
+        assert_eq!(live.take_sorted(), want);
+        // Emptied: nothing left, and usable again.
+        assert_eq!(live.take_sorted(), vec![]);
+        live.alloc(0x1000, 8);
+        live.free(0x1000);
+        assert_eq!(live.take_sorted(), vec![]);
     }
 
     const ROOT: (u64, u64) = (0x1000, 0x1100);
