@@ -212,10 +212,17 @@ impl Live {
         (addr & 15 == 0 && (16..1 << 48).contains(&addr)).then_some(addr >> 4)
     }
 
+    /// A key's first slot: the blocks of one 1 KiB window of addresses
+    /// (16-byte granules 0..64) take consecutive slots from a place that
+    /// is a hash of the window, so blocks allocated or freed one after the
+    /// other (glibc hands out neighbouring addresses) hit the same few
+    /// cache lines of the table instead of one random line each (a miss
+    /// per event: that was ~150 ns on the writer thread).
     #[inline]
     fn home(&self, key: u64) -> usize {
         let bits = self.slots.len().trailing_zeros();
-        (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - bits)) as usize
+        let window = ((key >> 6).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - bits)) as usize;
+        (window + (key & 63) as usize) & (self.slots.len() - 1)
     }
 
     /// The slot holding `key`, or the empty slot where it would go.
