@@ -30,6 +30,7 @@
 
 mod alloc;
 mod cfi;
+mod clock;
 mod config;
 #[cfg_attr(test, allow(dead_code))]
 mod fds;

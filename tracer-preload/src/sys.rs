@@ -41,17 +41,12 @@ pub fn raw_gettid() -> u32 {
     unsafe { libc::syscall(libc::SYS_gettid) as u32 }
 }
 
-/// Nanoseconds since the Unix epoch (vDSO `clock_gettime`, no system call).
+/// Nanoseconds since the Unix epoch: the tracer's one clock, for events and
+/// system calls alike (the time-stamp counter when fit, else the vDSO's
+/// `CLOCK_REALTIME`; see `clock`).
+#[inline]
 pub fn now_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
-    (ts.tv_sec as u64)
-        .wrapping_mul(1_000_000_000)
-        .wrapping_add(ts.tv_nsec as u64)
+    crate::clock::now_ns()
 }
 
 /// Sleeps with the raw system call: unlike libc's `nanosleep` it is not a
