@@ -185,161 +185,162 @@ pub fn take_request() -> Option<ExitPoint> {
 
 /// The blocks live in the stream written so far (writer thread only).
 ///
-/// An open-addressing table of one `u64` per slot (linear probing,
-/// backward-shift deletion, no tombstones, at most 3/4 full): a block whose
-/// address is 16-aligned and below 2^48 (every glibc block) is packed as
-/// `(address >> 4) << 20 | size`, so the writer's per-event cost is a
-/// multiply and a probe or two in one cache line, and its memory 8 to 16
-/// bytes per live block with no per-entry allocation (a `HashMap<u64, u64>`
-/// with SipHash cost ~0.3 s and ~18 MiB on python3 building a 300k dict).
-/// A size of 2^20 - 1 or more keeps the marker [`BIG`] in the slot and the
-/// size in `other`; any other address lives in `other` alone.
+/// A page table over the address space: each 64 KiB of addresses that
+/// ever held a block has a leaf of 4,096 `u16`, one per 16-byte granule,
+/// holding `size + 1` for a block that starts there (0: none). Every glibc
+/// block is 16-aligned and the heap is dense, so this is 2 bytes per 16
+/// bytes of heap whatever the number of blocks (python3 building a 300k
+/// dict: ~4 MiB, where a table of 8-byte entries at 3/4 load took 8), and
+/// an event is an index into the leaf it shares with its neighbours (no
+/// probing, no hashing but one cached look-up per 64 KiB). A size of
+/// 65,534 or more keeps [`BIG`] in its granule and the size in `other`;
+/// an address that is not 16-aligned lives in `other` alone. (A
+/// `HashMap<u64, u64>` with SipHash cost ~0.3 s and ~18 MiB there.)
 #[derive(Default)]
 pub struct Live {
-    slots: Vec<u64>,
-    /// Occupied slots.
-    len: usize,
+    leaves: Vec<Box<[u16; LEAF]>>,
+    /// Leaf index by `address >> 16`.
+    index: HashMap<u64, u32, BuildMix>,
+    /// The last leaf used: (`address >> 16`, index).
+    last: Option<(u64, u32)>,
     other: HashMap<u64, u64>,
 }
 
-/// Size field of a slot whose size is in `Live::other`.
-const BIG: u64 = (1 << 20) - 1;
+/// Granules of one leaf (64 KiB of addresses).
+const LEAF: usize = 4096;
+/// Granule value of a block whose size is in `Live::other`.
+const BIG: u16 = u16::MAX;
+
+/// A multiplicative hasher for the leaf index (keys are page numbers).
+#[derive(Default, Clone, Copy)]
+pub struct BuildMix;
+
+pub struct Mix(u64);
+
+impl std::hash::BuildHasher for BuildMix {
+    type Hasher = Mix;
+    fn build_hasher(&self) -> Mix {
+        Mix(0)
+    }
+}
+
+impl std::hash::Hasher for Mix {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (n ^ self.0)
+            .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+            .rotate_left(29);
+    }
+}
 
 impl Live {
-    /// The slot form of a block's address (never 0), if it has one.
+    /// The leaf and granule of a 16-aligned address (`create`: make the
+    /// leaf when missing).
     #[inline]
-    fn key(addr: u64) -> Option<u64> {
-        (addr & 15 == 0 && (16..1 << 48).contains(&addr)).then_some(addr >> 4)
-    }
-
-    /// A key's first slot: the blocks of one 1 KiB window of addresses
-    /// (16-byte granules 0..64) take consecutive slots from a place that
-    /// is a hash of the window, so blocks allocated or freed one after the
-    /// other (glibc hands out neighbouring addresses) hit the same few
-    /// cache lines of the table instead of one random line each (a miss
-    /// per event: that was ~150 ns on the writer thread).
-    #[inline]
-    fn home(&self, key: u64) -> usize {
-        let bits = self.slots.len().trailing_zeros();
-        let window = ((key >> 6).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - bits)) as usize;
-        (window + (key & 63) as usize) & (self.slots.len() - 1)
-    }
-
-    /// The slot holding `key`, or the empty slot where it would go.
-    #[inline]
-    fn probe(&self, key: u64) -> (usize, bool) {
-        let mask = self.slots.len() - 1;
-        let mut i = self.home(key);
-        loop {
-            let s = self.slots[i];
-            if s == 0 {
-                return (i, false);
+    fn slot(&mut self, addr: u64, create: bool) -> Option<(usize, usize)> {
+        let page = addr >> 16;
+        let granule = ((addr >> 4) as usize) & (LEAF - 1);
+        if let Some((p, i)) = self.last {
+            if p == page {
+                return Some((i as usize, granule));
             }
-            if s >> 20 == key {
-                return (i, true);
+        }
+        let i = match self.index.get(&page) {
+            Some(&i) => i,
+            None if create => {
+                let i = self.leaves.len() as u32;
+                self.leaves.push(Box::new([0; LEAF]));
+                self.index.insert(page, i);
+                i
             }
-            i = (i + 1) & mask;
-        }
-    }
-
-    fn grow(&mut self) {
-        let cap = (self.slots.len() * 2).max(1024);
-        let old = std::mem::replace(&mut self.slots, vec![0; cap]);
-        for s in old.into_iter().filter(|&s| s != 0) {
-            let (i, _) = self.probe(s >> 20);
-            self.slots[i] = s;
-        }
+            None => return None,
+        };
+        self.last = Some((page, i));
+        Some((i as usize, granule))
     }
 
     pub fn alloc(&mut self, addr: u64, size: u64) {
         if !enabled() {
             return;
         }
-        let Some(key) = Self::key(addr) else {
+        if addr & 15 != 0 {
             self.other.insert(addr, size);
             return;
+        }
+        let Some((leaf, g)) = self.slot(addr, true) else {
+            return;
         };
-        if (self.len + 1) * 4 > self.slots.len() * 3 {
-            self.grow();
-        }
-        let (i, found) = self.probe(key);
-        if found && self.slots[i] & BIG == BIG {
-            self.other.remove(&addr);
-        }
-        let field = if size >= BIG {
+        let old = self.leaves[leaf][g];
+        let value = if size >= u64::from(BIG - 1) {
             self.other.insert(addr, size);
             BIG
         } else {
-            size
+            if old == BIG {
+                self.other.remove(&addr);
+            }
+            size as u16 + 1
         };
-        self.slots[i] = key << 20 | field;
-        self.len += usize::from(!found);
+        self.leaves[leaf][g] = value;
     }
 
     pub fn free(&mut self, addr: u64) {
-        if self.len == 0 && self.other.is_empty() {
+        if addr & 15 != 0 {
+            if !self.other.is_empty() {
+                self.other.remove(&addr);
+            }
             return;
         }
-        let Some(key) = Self::key(addr) else {
-            self.other.remove(&addr);
+        if self.leaves.is_empty() {
+            return;
+        }
+        let Some((leaf, g)) = self.slot(addr, false) else {
             return;
         };
-        if self.len == 0 {
-            return;
-        }
-        let (mut i, found) = self.probe(key);
-        if !found {
-            return;
-        }
-        if self.slots[i] & BIG == BIG {
+        if std::mem::take(&mut self.leaves[leaf][g]) == BIG {
             self.other.remove(&addr);
         }
-        // Backward shift: later entries of the run move into the hole when
-        // their home does not lie (cyclically) after it.
-        let mask = self.slots.len() - 1;
-        let mut j = i;
-        loop {
-            j = (j + 1) & mask;
-            let s = self.slots[j];
-            if s == 0 {
-                break;
-            }
-            let h = self.home(s >> 20);
-            if (j.wrapping_sub(h) & mask) >= (j.wrapping_sub(i) & mask) {
-                self.slots[i] = s;
-                i = j;
-            }
-        }
-        self.slots[i] = 0;
-        self.len -= 1;
     }
 
     /// The blocks sorted by address; the table is emptied and its memory
-    /// given back (it must not be found by the scan). The packed slots are
-    /// compacted and sorted in place (their order is the addresses'), so the
-    /// peak is the table plus the result, not two tables.
+    /// given back (it must not be found by the scan). Each leaf is freed
+    /// once read, so the peak is the table plus the result.
     fn take_sorted(&mut self) -> Vec<(u64, u64)> {
-        let mut slots = std::mem::take(&mut self.slots);
-        let other = std::mem::take(&mut self.other);
-        self.len = 0;
-        slots.retain(|&s| s != 0);
-        slots.shrink_to_fit();
-        slots.sort_unstable();
-        let mut v = Vec::with_capacity(slots.len() + other.len());
-        let mut small = other.len();
-        for s in slots {
-            let addr = (s >> 20) << 4;
-            let size = match s & BIG {
-                BIG => {
-                    small = small.saturating_sub(1);
-                    other.get(&addr).copied().unwrap_or(BIG)
-                }
-                f => f,
+        let mut leaves: Vec<Option<Box<[u16; LEAF]>>> = std::mem::take(&mut self.leaves)
+            .into_iter()
+            .map(Some)
+            .collect();
+        let index = std::mem::take(&mut self.index);
+        let mut other = std::mem::take(&mut self.other);
+        self.last = None;
+        let mut pages: Vec<(u64, u32)> = index.into_iter().collect();
+        pages.sort_unstable();
+        let mut v = Vec::new();
+        for (page, i) in pages {
+            let Some(leaf) = leaves.get_mut(i as usize).and_then(Option::take) else {
+                continue;
             };
-            v.push((addr, size));
+            for (g, &cell) in leaf.iter().enumerate() {
+                if cell == 0 {
+                    continue;
+                }
+                let addr = (page << 16) | ((g as u64) << 4);
+                let size = if cell == BIG {
+                    other.remove(&addr).unwrap_or(u64::from(BIG))
+                } else {
+                    u64::from(cell - 1)
+                };
+                v.push((addr, size));
+            }
         }
-        if small > 0 {
-            v.extend(other.into_iter().filter(|&(a, _)| Self::key(a).is_none()));
+        if !other.is_empty() {
+            v.extend(other);
             v.sort_unstable();
         }
         v
@@ -1160,10 +1161,10 @@ mod tests {
         }
     }
 
-    /// The packed live table against a `HashMap` model: random allocations
-    /// (clustered addresses, so probe runs collide and wrap), frees of live
+    /// The live table against a `HashMap` model: random allocations
+    /// (clustered addresses sharing leaves, far ones), frees of live
     /// and unknown addresses, re-allocations of a live address, huge sizes
-    /// and addresses the slots cannot hold; the sorted result must match.
+    /// and unaligned addresses; the sorted result must match.
     #[test]
     fn live_table_matches_a_map_through_growth_and_deletions() {
         set_enabled(true);
@@ -1180,7 +1181,7 @@ mod tests {
             let r = next();
             let addr = match r % 16 {
                 0 => 0x7f00_0000_0000 + (r >> 8) % 4096 * 8, // 8-aligned: `other`
-                1 => (1 << 50) | (((r >> 8) % 64) << 4),     // above 2^48: `other`
+                1 => (1 << 50) | (((r >> 8) % 64) << 4),     // a far leaf
                 _ => 0x5555_0000_0000 + (r >> 8) % 40_000 * 16,
             };
             let size = match (r >> 40) % 50 {
