@@ -33,6 +33,15 @@ pub(super) struct FrameRef {
     pub line: u32,
 }
 
+/// A stack's frames as kept until the metadata is written: the addresses
+/// alone while every frame is unresolved (a tracer names them late, with
+/// `Record::AddressSymbol`): 8 bytes a frame instead of 24, which was most
+/// of the writer's memory on programs with many deep stacks.
+pub(super) enum Frames {
+    Unresolved(Box<[u64]>),
+    Refs(Box<[FrameRef]>),
+}
+
 /// One reachability scan: where it sits in the event stream and what it found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct LeakScan {
@@ -52,7 +61,7 @@ pub(super) struct Tables {
     pub objects: Vec<Object>,
     pub threads: Vec<Thread>,
     pub info: Vec<(String, String)>,
-    pub stacks: Vec<(StackId, Vec<FrameRef>)>,
+    pub stacks: Vec<(StackId, Frames)>,
     pub stack_index: HashMap<StackId, usize>,
     pub functions: Vec<String>,
     pub files: Vec<String>,
@@ -153,11 +162,39 @@ impl Tables {
         if let Some(log) = &mut self.log {
             entry::put_stack(log, id, &frames);
         }
+        let empty = self.file_ids.get("").copied();
+        let plain =
+            |f: &FrameRef| f.line == 0 && Some(f.func) == self.unresolved && Some(f.file) == empty;
+        let frames = if frames.iter().all(plain) {
+            Frames::Unresolved(frames.iter().map(|f| f.addr).collect())
+        } else {
+            Frames::Refs(frames.into_boxed_slice())
+        };
         match self.stack_index.get(&id) {
             Some(&i) => self.stacks[i].1 = frames,
             None => {
                 self.stack_index.insert(id, self.stacks.len());
                 self.stacks.push((id, frames));
+            }
+        }
+    }
+
+    /// The frames of the stack at `i` (see [`Frames`]).
+    fn frames(&self, i: usize) -> Vec<FrameRef> {
+        match &self.stacks[i].1 {
+            Frames::Refs(r) => r.to_vec(),
+            Frames::Unresolved(a) => {
+                // Stored so only when both ids exist.
+                let func = self.unresolved.unwrap_or(0);
+                let file = self.file_ids.get("").copied().unwrap_or(0);
+                a.iter()
+                    .map(|&addr| FrameRef {
+                        addr,
+                        func,
+                        file,
+                        line: 0,
+                    })
+                    .collect()
             }
         }
     }
@@ -191,7 +228,7 @@ impl Tables {
 
         j.write_all(b"{\"stack_traces\":{")?;
         for (n, &i) in order.iter().enumerate() {
-            let (id, frames) = &self.stacks[i];
+            let (id, frames) = (self.stacks[i].0, self.frames(i));
             sep(j, n)?;
             write!(j, "\"{id}\":[")?;
             // Outermost frame first, as in the document's example (main, then its callee).
@@ -222,7 +259,7 @@ impl Tables {
         }
         j.write_all(b",\"stack_addresses\":{")?;
         for (n, &i) in order.iter().enumerate() {
-            let (id, frames) = &self.stacks[i];
+            let (id, frames) = (self.stacks[i].0, self.frames(i));
             sep(j, n)?;
             write!(j, "\"{id}\":[")?;
             for (k, f) in frames.iter().rev().enumerate() {
