@@ -186,19 +186,20 @@ pub fn take_request() -> Option<ExitPoint> {
 /// The blocks live in the stream written so far (writer thread only).
 ///
 /// A page table over the address space: each 64 KiB of addresses that
-/// ever held a block has a leaf of 4,096 `u16`, one per 16-byte granule,
+/// ever held a block has a leaf of 4,096 bytes, one per 16-byte granule,
 /// holding `size + 1` for a block that starts there (0: none). Every glibc
-/// block is 16-aligned and the heap is dense, so this is 2 bytes per 16
+/// block is 16-aligned and the heap is dense, so this is 1 byte per 16
 /// bytes of heap whatever the number of blocks (python3 building a 300k
-/// dict: ~4 MiB, where a table of 8-byte entries at 3/4 load took 8), and
+/// dict: ~2 MiB, where a table of 8-byte entries at 3/4 load took 8), and
 /// an event is an index into the leaf it shares with its neighbours (no
 /// probing, no hashing but one cached look-up per 64 KiB). A size of
-/// 65,534 or more keeps [`BIG`] in its granule and the size in `other`;
+/// 254 or more (rare: most blocks are small) keeps [`BIG`] in its granule
+/// and the size in `other`;
 /// an address that is not 16-aligned lives in `other` alone. (A
 /// `HashMap<u64, u64>` with SipHash cost ~0.3 s and ~18 MiB there.)
 #[derive(Default)]
 pub struct Live {
-    leaves: Vec<Box<[u16; LEAF]>>,
+    leaves: Vec<Box<[u8; LEAF]>>,
     /// Leaf index by `address >> 16`.
     index: HashMap<u64, u32, BuildMix>,
     /// The last leaf used: (`address >> 16`, index).
@@ -209,7 +210,7 @@ pub struct Live {
 /// Granules of one leaf (64 KiB of addresses).
 const LEAF: usize = 4096;
 /// Granule value of a block whose size is in `Live::other`.
-const BIG: u16 = u16::MAX;
+const BIG: u8 = u8::MAX;
 
 /// A multiplicative hasher for the leaf index (keys are page numbers).
 #[derive(Default, Clone, Copy)]
@@ -285,7 +286,7 @@ impl Live {
             if old == BIG {
                 self.other.remove(&addr);
             }
-            size as u16 + 1
+            size as u8 + 1
         };
         self.leaves[leaf][g] = value;
     }
@@ -312,7 +313,7 @@ impl Live {
     /// given back (it must not be found by the scan). Each leaf is freed
     /// once read, so the peak is the table plus the result.
     fn take_sorted(&mut self) -> Vec<(u64, u64)> {
-        let mut leaves: Vec<Option<Box<[u16; LEAF]>>> = std::mem::take(&mut self.leaves)
+        let mut leaves: Vec<Option<Box<[u8; LEAF]>>> = std::mem::take(&mut self.leaves)
             .into_iter()
             .map(Some)
             .collect();
@@ -1187,7 +1188,7 @@ mod tests {
             let size = match (r >> 40) % 50 {
                 0 => (1 << 20) - 1 + (r >> 20) % 3, // BIG and beyond
                 1 => 0,
-                _ => (r >> 20) % 5000,
+                _ => (r >> 20) % 600, // both sides of the 254-byte limit
             };
             if (r >> 4) % 3 == 0 || round % 7 == 0 {
                 live.free(addr);
