@@ -77,7 +77,9 @@ for tag in ("libtracer", "heaptrack"):
     if tag not in rows:
         cells.append("n/a"); continue
     w = statistics.median(w for w, _ in rows[tag]); m = statistics.median(m for _, m in rows[tag])
-    cells.append(f"{w/base_w:.2f}x ({w*1000:.0f} ms), {m/1024:.1f} MiB (+{(m-base_m)/1024:.1f})")
+    # GNU time counts in 10 ms steps: a short process may take "0.00" s.
+    ratio = f"{w/base_w:.2f}x" if base_w > 0 else "n/a"
+    cells.append(f"{ratio} ({w*1000:.0f} ms), {m/1024:.1f} MiB (+{(m-base_m)/1024:.1f})")
 print("| " + " | ".join(cells) + " |")
 PY
 }
