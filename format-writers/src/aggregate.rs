@@ -510,3 +510,44 @@ impl Aggregate {
             .map(|(_, v)| v.as_str())
     }
 }
+
+/// A profile format rendered from an [`Aggregate`] once the trace has ended.
+pub trait Render {
+    fn render(agg: &Aggregate, out: &mut dyn std::io::Write) -> std::io::Result<()>;
+}
+
+/// The [`TraceWriter`](crate::TraceWriter) of every aggregate profile: it
+/// folds the records into an [`Aggregate`] and renders format `F` at `finish`.
+pub struct ProfileWriter<W: std::io::Write + Send, F: Render> {
+    out: W,
+    agg: Aggregate,
+    format: std::marker::PhantomData<fn() -> F>,
+}
+
+impl<W: std::io::Write + Send, F: Render> ProfileWriter<W, F> {
+    pub fn new(out: W) -> Self {
+        ProfileWriter {
+            out,
+            agg: Aggregate::new(),
+            format: std::marker::PhantomData,
+        }
+    }
+
+    /// Names addresses that the trace leaves unnamed (a symbolizer hook).
+    pub fn with_resolver(mut self, resolver: Resolver) -> Self {
+        self.agg.set_resolver(resolver);
+        self
+    }
+}
+
+impl<W: std::io::Write + Send, F: Render> crate::TraceWriter for ProfileWriter<W, F> {
+    fn write(&mut self, record: &Record) -> std::io::Result<()> {
+        self.agg.add(record);
+        Ok(())
+    }
+
+    fn finish(mut self: Box<Self>) -> std::io::Result<()> {
+        F::render(&self.agg, &mut self.out)?;
+        self.out.flush()
+    }
+}

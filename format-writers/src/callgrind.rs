@@ -30,9 +30,8 @@
 use std::collections::{BTreeMap, HashMap};
 use std::io::{self, Write};
 
-use crate::aggregate::{Aggregate, Resolver};
-use crate::model::{Frame, Record};
-use crate::TraceWriter;
+use crate::aggregate::Aggregate;
+use crate::model::Frame;
 
 /// The events of every cost line, in order.
 pub const EVENTS: [&str; 4] = ["Allocations", "Bytes", "Leaked", "Peak"];
@@ -50,38 +49,17 @@ fn add(a: &mut Cost, b: &Cost) {
     }
 }
 
+/// The callgrind profile format, rendered by [`render`].
+pub struct Callgrind;
+
+impl crate::aggregate::Render for Callgrind {
+    fn render(agg: &Aggregate, out: &mut dyn Write) -> io::Result<()> {
+        render(agg, out)
+    }
+}
+
 /// Writes a callgrind profile of the records it is given, at `finish`.
-pub struct Writer<W: Write + Send> {
-    out: W,
-    agg: Aggregate,
-}
-
-impl<W: Write + Send> Writer<W> {
-    pub fn new(out: W) -> Self {
-        Writer {
-            out,
-            agg: Aggregate::new(),
-        }
-    }
-
-    /// Names addresses that the trace leaves unnamed (a symbolizer hook).
-    pub fn with_resolver(mut self, resolver: Resolver) -> Self {
-        self.agg.set_resolver(resolver);
-        self
-    }
-}
-
-impl<W: Write + Send> TraceWriter for Writer<W> {
-    fn write(&mut self, record: &Record) -> io::Result<()> {
-        self.agg.add(record);
-        Ok(())
-    }
-
-    fn finish(mut self: Box<Self>) -> io::Result<()> {
-        render(&self.agg, &mut self.out)?;
-        self.out.flush()
-    }
-}
+pub type Writer<W> = crate::aggregate::ProfileWriter<W, Callgrind>;
 
 #[derive(Default)]
 struct Function {

@@ -36,12 +36,12 @@ use serde::de::{self, Deserializer};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use crate::aggregate::{log2_class_floor, Aggregate, Resolver, Scatter, SCATTER_CELLS};
+use crate::aggregate::{log2_class_floor, Aggregate, Scatter, SCATTER_CELLS};
 use crate::error::{FormatError, Result};
 use crate::model::{
     Alloc, Event, Frame, Free, Object, Process, Record, Stack, StackId, Symbol, Thread,
 };
-use crate::{TraceReader, TraceWriter};
+use crate::TraceReader;
 
 /// The `run.formatVersion` MALT 1.6's strict reader accepts.
 pub const FORMAT_VERSION: &str = "1.6";
@@ -56,38 +56,17 @@ fn hex(v: u64) -> String {
 // Writer
 // ---------------------------------------------------------------------------
 
+/// The MALT JSON profile format, rendered by [`render`].
+pub struct Malt;
+
+impl crate::aggregate::Render for Malt {
+    fn render(agg: &Aggregate, out: &mut dyn Write) -> io::Result<()> {
+        render(agg, out)
+    }
+}
+
 /// Writes a MALT JSON profile of the records it is given, at `finish`.
-pub struct Writer<W: Write + Send> {
-    out: W,
-    agg: Aggregate,
-}
-
-impl<W: Write + Send> Writer<W> {
-    pub fn new(out: W) -> Self {
-        Writer {
-            out,
-            agg: Aggregate::new(),
-        }
-    }
-
-    /// Names addresses that the trace leaves unnamed (a symbolizer hook).
-    pub fn with_resolver(mut self, resolver: Resolver) -> Self {
-        self.agg.set_resolver(resolver);
-        self
-    }
-}
-
-impl<W: Write + Send> TraceWriter for Writer<W> {
-    fn write(&mut self, record: &Record) -> io::Result<()> {
-        self.agg.add(record);
-        Ok(())
-    }
-
-    fn finish(mut self: Box<Self>) -> io::Result<()> {
-        render(&self.agg, &mut self.out)?;
-        self.out.flush()
-    }
-}
+pub type Writer<W> = crate::aggregate::ProfileWriter<W, Malt>;
 
 /// A string table with `"??"` at index 0.
 struct Strings {
