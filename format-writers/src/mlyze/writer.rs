@@ -35,13 +35,96 @@ pub(super) struct FrameRef {
     pub line: u32,
 }
 
-/// A stack's frames as kept until the metadata is written: the addresses
-/// alone while every frame is unresolved (a tracer names them late, with
-/// `Record::AddressSymbol`): 8 bytes a frame instead of 24, which was most
-/// of the writer's memory on programs with many deep stacks.
+/// A stack's frames as kept until the metadata is written. While every frame
+/// is unresolved (a tracer names them late, with `Record::AddressSymbol`),
+/// the stack is its innermost node in [`Trie`] (`NO_NODE` when empty):
+/// stacks share their outer frames (python3's 300k-entry dict: 5,990 stacks,
+/// 193,836 frames, 19,409 distinct prefixes), so each distinct prefix is
+/// kept once, ~20 bytes, instead of 8 bytes per frame of every stack.
 pub(super) enum Frames {
-    Unresolved(Box<[u64]>),
+    Unresolved(u32),
     Refs(Box<[FrameRef]>),
+}
+
+/// "No node": the empty stack, an empty slot of the trie's index.
+const NO_NODE: u32 = u32::MAX;
+
+/// Return addresses as a tree of prefixes from the outermost frame: a node
+/// is `(address, parent)`; a stack is the node of its innermost frame and
+/// reads back by walking the parents. Children are found through one open
+/// addressing index of node numbers (4 bytes a slot, at most half full)
+/// hashed on `(parent, address)`, so no per-node map or allocation.
+#[derive(Default)]
+pub(super) struct Trie {
+    addr: Vec<u64>,
+    parent: Vec<u32>,
+    /// Node numbers, `NO_NODE` where empty; length a power of two or zero.
+    index: Vec<u32>,
+}
+
+impl Trie {
+    fn slot(parent: u32, addr: u64, mask: usize) -> usize {
+        let h = (addr ^ ((u64::from(parent) << 32) | u64::from(parent)))
+            .wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        (h >> 32) as usize & mask
+    }
+
+    /// The node of `addr` under `parent` (`NO_NODE`: the root), added if new.
+    fn child(&mut self, parent: u32, addr: u64) -> u32 {
+        if (self.addr.len() + 1) * 2 > self.index.len() {
+            self.grow();
+        }
+        let mask = self.index.len() - 1;
+        let mut i = Self::slot(parent, addr, mask);
+        loop {
+            let n = self.index[i];
+            if n == NO_NODE {
+                let id = self.addr.len() as u32;
+                self.addr.push(addr);
+                self.parent.push(parent);
+                self.index[i] = id;
+                return id;
+            }
+            if self.addr[n as usize] == addr && self.parent[n as usize] == parent {
+                return n;
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    fn grow(&mut self) {
+        let len = (self.index.len() * 2).max(1024);
+        self.index = vec![NO_NODE; len];
+        let mask = len - 1;
+        for (id, (&a, &p)) in self.addr.iter().zip(&self.parent).enumerate() {
+            let mut i = Self::slot(p, a, mask);
+            while self.index[i] != NO_NODE {
+                i = (i + 1) & mask;
+            }
+            self.index[i] = id as u32;
+        }
+    }
+
+    /// The innermost node of `frames` (innermost first), `NO_NODE` if empty.
+    fn insert(&mut self, frames: impl DoubleEndedIterator<Item = u64>) -> u32 {
+        let mut node = NO_NODE;
+        for a in frames.rev() {
+            node = self.child(node, a);
+        }
+        node
+    }
+
+    /// The addresses of the stack ending at `node`, innermost first.
+    fn addresses(&self, mut node: u32) -> impl Iterator<Item = u64> + '_ {
+        std::iter::from_fn(move || {
+            if node == NO_NODE {
+                return None;
+            }
+            let a = self.addr[node as usize];
+            node = self.parent[node as usize];
+            Some(a)
+        })
+    }
 }
 
 /// One reachability scan: where it sits in the event stream and what it found.
@@ -64,6 +147,8 @@ pub(super) struct Tables {
     pub threads: Vec<Thread>,
     pub info: Vec<(String, String)>,
     pub stacks: Vec<(StackId, Frames)>,
+    /// The frames of the `Frames::Unresolved` stacks.
+    trie: Trie,
     pub stack_index: HashMap<StackId, usize>,
     pub functions: Vec<String>,
     pub files: Vec<String>,
@@ -168,7 +253,7 @@ impl Tables {
         let plain =
             |f: &FrameRef| f.line == 0 && Some(f.func) == self.unresolved && Some(f.file) == empty;
         let frames = if frames.iter().all(plain) {
-            Frames::Unresolved(frames.iter().map(|f| f.addr).collect())
+            Frames::Unresolved(self.trie.insert(frames.iter().map(|f| f.addr)))
         } else {
             Frames::Refs(frames.into_boxed_slice())
         };
@@ -185,12 +270,13 @@ impl Tables {
     fn frames(&self, i: usize) -> Vec<FrameRef> {
         match &self.stacks[i].1 {
             Frames::Refs(r) => r.to_vec(),
-            Frames::Unresolved(a) => {
+            Frames::Unresolved(leaf) => {
                 // Stored so only when both ids exist.
                 let func = self.unresolved.unwrap_or(0);
                 let file = self.file_ids.get("").copied().unwrap_or(0);
-                a.iter()
-                    .map(|&addr| FrameRef {
+                self.trie
+                    .addresses(*leaf)
+                    .map(|addr| FrameRef {
                         addr,
                         func,
                         file,
@@ -812,5 +898,48 @@ impl<W: Write> Writer<W> {
     /// Completes the file (same as [`TraceWriter::finish`], without boxing).
     pub fn finish(self) -> io::Result<()> {
         self.finish_inner()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trie_reads_back_every_stack_and_shares_outer_frames() {
+        let mut t = Trie::default();
+        // Innermost first; the last two frames (outermost) are shared.
+        let stacks: Vec<Vec<u64>> = vec![
+            vec![0x10, 0x20, 0x30, 0x40],
+            vec![0x11, 0x20, 0x30, 0x40],
+            vec![0x30, 0x40],
+            vec![0x40, 0x30],
+            vec![],
+            vec![0x10, 0x20, 0x30, 0x40],
+        ];
+        let leaves: Vec<u32> = stacks.iter().map(|s| t.insert(s.iter().copied())).collect();
+        for (s, &leaf) in stacks.iter().zip(&leaves) {
+            assert_eq!(&t.addresses(leaf).collect::<Vec<_>>(), s);
+        }
+        assert_eq!(leaves[4], NO_NODE);
+        assert_eq!(leaves[0], leaves[5]);
+        // Distinct prefixes from the outermost end: 40, 40-30, 40-30-20,
+        // 40-30-20-10, 40-30-20-11, 30, 30-40.
+        assert_eq!(t.addr.len(), 7);
+    }
+
+    #[test]
+    fn trie_survives_growth_with_many_distinct_stacks() {
+        let mut t = Trie::default();
+        let stack = |i: u64| [0x5000 + i % 97, 0x6000 + i / 97, 0x7000, 0x8000];
+        let leaves: Vec<u32> = (0..5000u64)
+            .map(|i| t.insert(stack(i).into_iter()))
+            .collect();
+        for (i, &leaf) in leaves.iter().enumerate() {
+            assert_eq!(t.addresses(leaf).collect::<Vec<_>>(), stack(i as u64));
+        }
+        // 0x8000, 0x7000, 52 values of i / 97, then one leaf per i.
+        assert_eq!(t.addr.len(), 2 + 52 + 5000);
+        assert!(t.index.len() >= 2 * t.addr.len());
     }
 }
