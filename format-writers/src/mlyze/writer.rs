@@ -22,9 +22,10 @@ use crate::{output, TraceWriter};
 pub(super) const UNRESOLVED_NAME: &str = "??";
 
 /// Events are pushed to the spool once this many encoded bytes are pending
-/// (256 KiB: the buffer is part of the traced process's memory, and a
-/// larger one saves nothing measurable, ~120 writes for 30 MB of events).
-const SPILL_AT: usize = 256 << 10;
+/// (64 KiB: the buffer, and the log of metadata entries that spills with
+/// it, are part of the traced process's memory; ~480 writes for 30 MB of
+/// events cost no measurable time).
+const SPILL_AT: usize = 64 << 10;
 
 /// A frame as the metadata stores it: ids into `functions` and `files`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
