@@ -142,7 +142,14 @@ fn kernel_uses_tsc() -> bool {
 fn slow() -> u64 {
     match MODE.load(Ordering::Acquire) {
         UNKNOWN => {
-            let next = if invariant_tsc() { CALIBRATING } else { VDSO };
+            // Both checks run here, at the first clock read (start-up), so the
+            // raw openat/read/close of the clocksource check never lands in the
+            // middle of the program's own system calls.
+            let next = if invariant_tsc() && kernel_uses_tsc() {
+                CALIBRATING
+            } else {
+                VDSO
+            };
             let _ = MODE.compare_exchange(UNKNOWN, next, Ordering::AcqRel, Ordering::Acquire);
             slow()
         }
@@ -170,7 +177,7 @@ fn slow() -> u64 {
             let mult = (((ns - n0) as u128) << 32) / (tsc - t0) as u128;
             // Between 0.1 and 10 ns a tick (10 GHz .. 100 MHz).
             let sane = (1u128 << 32) / 10..=10u128 << 32;
-            if sane.contains(&mult) && kernel_uses_tsc() {
+            if sane.contains(&mult) {
                 BASE_TSC.store(tsc, Ordering::Relaxed);
                 BASE_NS.store(ns + AHEAD_NS, Ordering::Relaxed);
                 MULT.store(mult as u64, Ordering::Relaxed);
