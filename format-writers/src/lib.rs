@@ -42,6 +42,12 @@ pub trait TraceWriter: Send {
         Ok(())
     }
     fn finish(self: Box<Self>) -> std::io::Result<()>;
+    /// One system call given as a borrowed view; the same as writing it as
+    /// `Record::Event(Event::Syscall(..))`. Writers with a fast path (the
+    /// TLV writer) encode it without building the owned record.
+    fn write_syscall(&mut self, call: &SyscallView<'_>) -> std::io::Result<()> {
+        self.write(&Record::Event(Event::Syscall(call.to_syscall())))
+    }
 }
 
 /// A streaming reader of any format.

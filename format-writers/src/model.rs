@@ -148,6 +148,82 @@ pub struct Syscall {
     pub args: Vec<SyscallArg>,
 }
 
+/// A system call argument borrowed from wherever it was captured (a ring
+/// of the preload library): the same meaning as [`SyscallArg`], without
+/// owning its bytes, so a writer can encode it without allocating.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SyscallArgView<'a> {
+    Int(i64),
+    Flags(u64),
+    Fd(i32),
+    Path(&'a [u8]),
+    Buffer { len: u64, data: &'a [u8] },
+    Pointer(u64),
+    Unknown { tag: u16, raw: &'a [u8] },
+}
+
+impl<'a> SyscallArgView<'a> {
+    /// A view of an owned argument.
+    pub fn of(a: &'a SyscallArg) -> Self {
+        match a {
+            SyscallArg::Int(v) => Self::Int(*v),
+            SyscallArg::Flags(v) => Self::Flags(*v),
+            SyscallArg::Fd(v) => Self::Fd(*v),
+            SyscallArg::Path(p) => Self::Path(p),
+            SyscallArg::Buffer { len, data } => Self::Buffer { len: *len, data },
+            SyscallArg::Pointer(v) => Self::Pointer(*v),
+            SyscallArg::Unknown { tag, raw } => Self::Unknown { tag: *tag, raw },
+        }
+    }
+
+    /// The owned argument.
+    pub fn to_arg(&self) -> SyscallArg {
+        match *self {
+            Self::Int(v) => SyscallArg::Int(v),
+            Self::Flags(v) => SyscallArg::Flags(v),
+            Self::Fd(v) => SyscallArg::Fd(v),
+            Self::Path(p) => SyscallArg::Path(p.to_vec()),
+            Self::Buffer { len, data } => SyscallArg::Buffer {
+                len,
+                data: data.to_vec(),
+            },
+            Self::Pointer(v) => SyscallArg::Pointer(v),
+            Self::Unknown { tag, raw } => SyscallArg::Unknown {
+                tag,
+                raw: raw.to_vec(),
+            },
+        }
+    }
+}
+
+/// A [`Syscall`] whose arguments are borrowed ([`SyscallArgView`]): what the
+/// preload library's writer thread hands to [`crate::TraceWriter::write_syscall`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SyscallView<'a> {
+    pub number: u16,
+    pub result: i64,
+    pub errno: Option<i32>,
+    pub thread: Option<ThreadId>,
+    pub time_ns: Option<u64>,
+    pub duration_ns: Option<u64>,
+    pub args: &'a [SyscallArgView<'a>],
+}
+
+impl SyscallView<'_> {
+    /// The owned record.
+    pub fn to_syscall(&self) -> Syscall {
+        Syscall {
+            number: self.number,
+            result: self.result,
+            errno: self.errno,
+            thread: self.thread,
+            time_ns: self.time_ns,
+            duration_ns: self.duration_ns,
+            args: self.args.iter().map(SyscallArgView::to_arg).collect(),
+        }
+    }
+}
+
 /// One time-ordered event.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event {

@@ -1,8 +1,11 @@
 //! Write → read round trips over every model variant and boundary values, and a
 //! reader written from the document alone (not from our code) reading our files.
 
-use format_writers::model::{Event, Process, Record, Syscall, SyscallArg};
+use format_writers::model::{
+    Event, Process, Record, Syscall, SyscallArg, SyscallArgView, SyscallView,
+};
 use format_writers::tlv::{self, ByteOrder, Reader, Writer};
+use format_writers::TraceWriter;
 use proptest::prelude::*;
 
 fn u64_edge() -> impl Strategy<Value = u64> {
@@ -216,6 +219,41 @@ proptest! {
             prop_assert_eq!(t, c.time_ns);
             prop_assert_eq!(d.ie_count, c.args.len());
         }
+    }
+
+    /// The borrowed fast path the preload library uses
+    /// (`TraceWriter::write_syscall` with a `SyscallView`) writes the very
+    /// bytes of the model path, in both byte orders; and a writer without
+    /// a fast path gets the same owned record through the default method.
+    #[test]
+    fn view_path_is_byte_identical(
+        p in process(),
+        calls in prop::collection::vec(syscall(), 0..12),
+        big in any::<bool>(),
+    ) {
+        let order = if big { ByteOrder::Big } else { ByteOrder::Little };
+        let mut input = vec![Record::Process(p.clone())];
+        input.extend(calls.iter().cloned().map(|c| Record::Event(Event::Syscall(c))));
+        let model = encode(order, &input);
+
+        let mut w: Box<Writer<Vec<u8>>> = Box::new(Writer::with_byte_order(Vec::new(), order));
+        w.write_record(&Record::Process(p)).unwrap();
+        for c in &calls {
+            let args: Vec<SyscallArgView<'_>> = c.args.iter().map(SyscallArgView::of).collect();
+            let view = SyscallView {
+                number: c.number,
+                result: c.result,
+                errno: c.errno,
+                thread: c.thread,
+                time_ns: c.time_ns,
+                duration_ns: c.duration_ns,
+                args: &args,
+            };
+            prop_assert_eq!(&view.to_syscall(), c);
+            TraceWriter::write_syscall(&mut *w, &view).unwrap();
+        }
+        let fast = w.finish_into_inner().unwrap();
+        prop_assert_eq!(fast, model);
     }
 
     /// The document's duration rule, and only it, loses precision.

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
 use format_writers::{
-    Alloc, Event, Frame, Free, Marker, Object, Process, Record, Stack, Symbol, Syscall, Thread,
+    Alloc, Event, Frame, Free, Marker, Object, Process, Record, Stack, Symbol, SyscallView, Thread,
     TraceWriter,
 };
 
@@ -283,14 +283,14 @@ impl State {
 
     /// A system call, to the syscall outputs only (their times are kept as
     /// taken: calls are queued when they return, not when they started).
-    /// `call` is lent to the record and handed back (its vector is reused).
-    fn emit_syscall(&mut self, call: &mut Syscall) {
+    /// The call is a view of its ring's bytes: the TLV writer encodes it
+    /// without building the model record.
+    fn emit_syscall(&mut self, call: &SyscallView<'_>) {
         if self.failed {
             return;
         }
-        let record = Record::Event(Event::Syscall(std::mem::take(call)));
         for out in self.outputs.iter_mut().filter(|o| o.syscalls) {
-            if let Err(e) = out.writer.write(&record) {
+            if let Err(e) = out.writer.write_syscall(call) {
                 crate::sys::stderr_line(&format!(
                     "cannot write {}: {e}; the trace stops here",
                     out.path.display()
@@ -298,9 +298,6 @@ impl State {
                 self.failed = true;
                 break;
             }
-        }
-        if let Record::Event(Event::Syscall(c)) = record {
-            *call = c;
         }
     }
 
@@ -566,6 +563,7 @@ impl State {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use format_writers::Syscall;
     use std::sync::{Arc, Mutex};
 
     /// A format writer that keeps what it is given.
@@ -723,7 +721,15 @@ mod tests {
             args: vec![],
         };
         st.handle(alloc(4, 0xa0, false));
-        st.emit_syscall(&mut call.clone());
+        st.emit_syscall(&SyscallView {
+            number: call.number,
+            result: call.result,
+            errno: call.errno,
+            thread: call.thread,
+            time_ns: call.time_ns,
+            duration_ns: call.duration_ns,
+            args: &[],
+        });
         let is_call = |r: &Record| matches!(r, Record::Event(Event::Syscall(_)));
         assert!(!alloc_seen.lock().unwrap().iter().any(is_call));
         let tlv = tlv_seen.lock().unwrap();

@@ -11,7 +11,7 @@ use super::{
     arg, encode_duration, flags, header_ie, segment, ByteOrder, FLAG_BIG_ENDIAN, MAGIC, MAX_ARGS,
     MAX_ARGV, MAX_IE_VALUE, MAX_INFO, TRACER_VERSION_KEY, UNAME_KEYS, VERSION,
 };
-use crate::model::{Event, Process, Record, Syscall, SyscallArg};
+use crate::model::{Event, Process, Record, Syscall, SyscallArgView, SyscallView};
 use crate::TraceWriter;
 
 const NS_PER_S: u64 = 1_000_000_000;
@@ -24,6 +24,8 @@ pub struct Writer<W: Write> {
     info: Vec<(String, String)>,
     header_written: bool,
     scratch: Vec<u8>,
+    /// Where [`encode_small`] builds a segment (kept, not zeroed per call).
+    small: Box<[u8; SMALL]>,
 }
 
 impl<W: Write> Writer<W> {
@@ -41,6 +43,7 @@ impl<W: Write> Writer<W> {
             info: Vec::new(),
             header_written: false,
             scratch: Vec::with_capacity(256),
+            small: Box::new([0; SMALL]),
         }
     }
 
@@ -85,6 +88,21 @@ impl<W: Write> Writer<W> {
         Ok(())
     }
 
+    /// One system call from a borrowed view, without building the model
+    /// record: the bytes `write_record` writes for `call.to_syscall()`.
+    pub fn write_syscall_view(&mut self, call: &SyscallView<'_>) -> io::Result<()> {
+        self.ensure_header()?;
+        if let Some(n) = encode_small(&mut self.small, call, self.order == ByteOrder::Big) {
+            return self.out.write_all(&self.small[..n]);
+        }
+        let mut buf = std::mem::take(&mut self.scratch);
+        buf.clear();
+        let r = encode_syscall_view(&mut Enc::new(&mut buf, self.order), call)
+            .and_then(|()| self.out.write_all(&buf));
+        self.scratch = buf;
+        r
+    }
+
     fn write_syscall(&mut self, s: &Syscall) -> io::Result<()> {
         let mut buf = std::mem::take(&mut self.scratch);
         buf.clear();
@@ -109,6 +127,10 @@ impl<W: Write + Send> TraceWriter for Writer<W> {
 
     fn finish(self: Box<Self>) -> io::Result<()> {
         self.finish_into_inner().map(drop)
+    }
+
+    fn write_syscall(&mut self, call: &SyscallView<'_>) -> io::Result<()> {
+        self.write_syscall_view(call)
     }
 }
 
@@ -289,10 +311,196 @@ fn uname_block(info: &[(String, String)]) -> Option<Vec<u8>> {
 
 /// One document-dialect syscall segment.
 pub(super) fn encode_syscall(e: &mut Enc<'_>, s: &Syscall) -> io::Result<()> {
-    if s.args.len() > MAX_ARGS {
+    let head = SyscallView {
+        number: s.number,
+        result: s.result,
+        errno: s.errno,
+        thread: s.thread,
+        time_ns: s.time_ns,
+        duration_ns: s.duration_ns,
+        args: &[],
+    };
+    encode_call(
+        e,
+        &head,
+        s.args.len(),
+        s.args.iter().map(SyscallArgView::of),
+    )
+}
+
+/// One syscall segment from a borrowed view: the same bytes as
+/// [`encode_syscall`] of `v.to_syscall()` (both go through [`encode_call`]).
+pub(super) fn encode_syscall_view(e: &mut Enc<'_>, v: &SyscallView<'_>) -> io::Result<()> {
+    encode_call(e, v, v.args.len(), v.args.iter().copied())
+}
+
+/// Largest segment [`encode_small`] builds.
+const SMALL: usize = 512;
+
+/// A cursor over a stack buffer, for [`encode_small`].
+struct Cursor<'b> {
+    buf: &'b mut [u8; SMALL],
+    at: usize,
+    big: bool,
+}
+
+impl Cursor<'_> {
+    #[inline(always)]
+    fn put(&mut self, b: &[u8]) {
+        self.buf[self.at..self.at + b.len()].copy_from_slice(b);
+        self.at += b.len();
+    }
+    #[inline(always)]
+    fn u16(&mut self, v: u16) {
+        self.put(&if self.big {
+            v.to_be_bytes()
+        } else {
+            v.to_le_bytes()
+        });
+    }
+    #[inline(always)]
+    fn u32(&mut self, v: u32) {
+        self.put(&if self.big {
+            v.to_be_bytes()
+        } else {
+            v.to_le_bytes()
+        });
+    }
+    #[inline(always)]
+    fn u64(&mut self, v: u64) {
+        self.put(&if self.big {
+            v.to_be_bytes()
+        } else {
+            v.to_le_bytes()
+        });
+    }
+    /// One IE: tag, length, `head` then `rest`, zeros up to a multiple of 4
+    /// (written: the buffer holds the previous call's bytes).
+    #[inline(always)]
+    fn ie(&mut self, tag: u16, head: &[u8], rest: &[u8]) {
+        self.u16(tag);
+        self.u16((head.len() + rest.len()) as u16);
+        self.put(head);
+        self.put(rest);
+        let pad = self.at.next_multiple_of(4) - self.at;
+        self.put(&[0; 3][..pad]);
+    }
+}
+
+/// Bytes of a path, buffer prefix or unknown value [`encode_small`] takes.
+const SMALL_VALUE: usize = 64;
+
+/// The segment [`encode_syscall_view`] writes, built in `out` with plain
+/// stores when every byte value of the call is at most [`SMALL_VALUE`]
+/// bytes and there are at most 6 arguments (the calls the preload library
+/// captures without `TRACER_SYSCALL_DATA`); its length, or `None` (then
+/// the general encoder runs). Same rules as [`encode_arg`]: with values
+/// this short, no cut applies.
+fn encode_small(out: &mut [u8; SMALL], s: &SyscallView<'_>, big: bool) -> Option<usize> {
+    // Bound: 8 (segment) + 28 (fixed) + 6 * (4 + 8 + 64 + 3) = 510.
+    if s.args.len() > 6 {
+        return None;
+    }
+    for a in s.args {
+        let n = match a {
+            SyscallArgView::Path(b) | SyscallArgView::Unknown { raw: b, .. } => b.len(),
+            SyscallArgView::Buffer { data, .. } => data.len(),
+            _ => 0,
+        };
+        if n > SMALL_VALUE {
+            return None;
+        }
+    }
+    let mut f = 0;
+    if s.thread.is_some() {
+        f |= flags::THREAD;
+    }
+    if s.time_ns.is_some() {
+        f |= flags::TIMESTAMP;
+    }
+    if s.duration_ns.is_some() {
+        f |= flags::DURATION;
+    }
+    if s.errno.is_some() {
+        f |= flags::ERRNO;
+    }
+    let mut c = Cursor {
+        buf: out,
+        at: 0,
+        big,
+    };
+    c.u32(segment::SYSCALL);
+    c.u32(0);
+    c.u16(s.number);
+    c.put(&[f, 0]);
+    c.u64(s.result as u64);
+    if let Some(t) = s.thread {
+        c.u32(t);
+    }
+    if let Some(t) = s.time_ns {
+        c.u64(t);
+    }
+    if let Some(d) = s.duration_ns {
+        c.u32(encode_duration(d));
+    }
+    if let Some(n) = s.errno {
+        c.u32(n as u32);
+    }
+    for &a in s.args {
+        let ne32 = |v: u32| {
+            if big {
+                v.to_be_bytes()
+            } else {
+                v.to_le_bytes()
+            }
+        };
+        let ne64 = |v: u64| {
+            if big {
+                v.to_be_bytes()
+            } else {
+                v.to_le_bytes()
+            }
+        };
+        match a {
+            SyscallArgView::Int(v) => match i32::try_from(v) {
+                Ok(small) => c.ie(arg::INT, &ne32(small as u32), &[]),
+                Err(_) => c.ie(arg::INT, &ne64(v as u64), &[]),
+            },
+            SyscallArgView::Flags(v) => c.ie(arg::FLAGS, &ne64(v), &[]),
+            SyscallArgView::Fd(fd) => c.ie(arg::FD, &ne32(fd as u32), &[]),
+            SyscallArgView::Pointer(p) => c.ie(arg::POINTER, &ne64(p), &[]),
+            SyscallArgView::Path(p) => c.ie(arg::PATH, p, &[]),
+            SyscallArgView::Unknown { tag, raw } => c.ie(tag, raw, &[]),
+            SyscallArgView::Buffer { len, data } => {
+                let data = &data[..data.len().min(usize::try_from(len).unwrap_or(usize::MAX))];
+                if data.len() as u64 == len {
+                    c.ie(arg::DATA, data, &[]);
+                } else if let Ok(len32) = u32::try_from(len) {
+                    c.ie(arg::PARTIAL_DATA, &ne32(len32), data);
+                } else {
+                    c.ie(arg::LONG_PARTIAL_DATA, &ne64(len), data);
+                }
+            }
+        }
+    }
+    let n = c.at;
+    let body = (n - 8) as u32;
+    c.at = 4;
+    c.u32(body);
+    Some(n)
+}
+
+/// The segment of the call whose fixed fields are `s` (its `args` ignored)
+/// and whose `n` arguments are `args`.
+fn encode_call<'a>(
+    e: &mut Enc<'_>,
+    s: &SyscallView<'_>,
+    n: usize,
+    args: impl Iterator<Item = SyscallArgView<'a>>,
+) -> io::Result<()> {
+    if n > MAX_ARGS {
         return Err(invalid(format!(
-            "a syscall with {} arguments (at most {MAX_ARGS})",
-            s.args.len()
+            "a syscall with {n} arguments (at most {MAX_ARGS})"
         )));
     }
     let mut f = 0;
@@ -308,6 +516,8 @@ pub(super) fn encode_syscall(e: &mut Enc<'_>, s: &Syscall) -> io::Result<()> {
     if s.errno.is_some() {
         f |= flags::ERRNO;
     }
+    // Fixed part and small arguments in one reservation.
+    e.buf.reserve(8 + 36 + 12 * n);
     let body = e.open_segment(segment::SYSCALL);
     e.u16(s.number);
     e.u8(f);
@@ -325,7 +535,7 @@ pub(super) fn encode_syscall(e: &mut Enc<'_>, s: &Syscall) -> io::Result<()> {
     if let Some(n) = s.errno {
         e.u32(n as u32);
     }
-    for a in &s.args {
+    for a in args {
         encode_arg(e, a);
     }
     e.close_segment(body)
@@ -333,7 +543,7 @@ pub(super) fn encode_syscall(e: &mut Enc<'_>, s: &Syscall) -> io::Result<()> {
 
 /// One argument IE. Values that cannot fit an IE are cut (documented): paths and
 /// unknown values at 65,535 bytes, captured buffer prefixes so that the IE fits.
-fn encode_arg(e: &mut Enc<'_>, a: &SyscallArg) {
+fn encode_arg(e: &mut Enc<'_>, a: SyscallArgView<'_>) {
     let big = e.big;
     let ne64 = |v: u64| {
         if big {
@@ -350,26 +560,26 @@ fn encode_arg(e: &mut Enc<'_>, a: &SyscallArg) {
         }
     };
     match a {
-        SyscallArg::Int(v) => match i32::try_from(*v) {
+        SyscallArgView::Int(v) => match i32::try_from(v) {
             Ok(small) => e.ie(arg::INT, &ne32(small as u32)),
-            Err(_) => e.ie(arg::INT, &ne64(*v as u64)),
+            Err(_) => e.ie(arg::INT, &ne64(v as u64)),
         },
-        SyscallArg::Flags(v) => e.ie(arg::FLAGS, &ne64(*v)),
-        SyscallArg::Fd(fd) => e.ie(arg::FD, &ne32(*fd as u32)),
-        SyscallArg::Pointer(p) => e.ie(arg::POINTER, &ne64(*p)),
-        SyscallArg::Path(p) => e.ie(arg::PATH, &p[..p.len().min(MAX_IE_VALUE)]),
-        SyscallArg::Unknown { tag, raw } => e.ie(*tag, &raw[..raw.len().min(MAX_IE_VALUE)]),
-        SyscallArg::Buffer { len, data } => {
+        SyscallArgView::Flags(v) => e.ie(arg::FLAGS, &ne64(v)),
+        SyscallArgView::Fd(fd) => e.ie(arg::FD, &ne32(fd as u32)),
+        SyscallArgView::Pointer(p) => e.ie(arg::POINTER, &ne64(p)),
+        SyscallArgView::Path(p) => e.ie(arg::PATH, &p[..p.len().min(MAX_IE_VALUE)]),
+        SyscallArgView::Unknown { tag, raw } => e.ie(tag, &raw[..raw.len().min(MAX_IE_VALUE)]),
+        SyscallArgView::Buffer { len, data } => {
             // A prefix never exceeds the buffer's length.
-            let data = &data[..data.len().min(usize::try_from(*len).unwrap_or(usize::MAX))];
-            if data.len() as u64 == *len && data.len() <= MAX_IE_VALUE {
+            let data = &data[..data.len().min(usize::try_from(len).unwrap_or(usize::MAX))];
+            if data.len() as u64 == len && data.len() <= MAX_IE_VALUE {
                 e.ie(arg::DATA, data);
-            } else if let Ok(len32) = u32::try_from(*len) {
+            } else if let Ok(len32) = u32::try_from(len) {
                 let data = &data[..data.len().min(MAX_IE_VALUE - 4)];
                 e.ie2(arg::PARTIAL_DATA, &ne32(len32), data);
             } else {
                 let data = &data[..data.len().min(MAX_IE_VALUE - 8)];
-                e.ie2(arg::LONG_PARTIAL_DATA, &ne64(*len), data);
+                e.ie2(arg::LONG_PARTIAL_DATA, &ne64(len), data);
             }
         }
     }

@@ -36,7 +36,7 @@ use core::cell::{Cell, UnsafeCell};
 use core::ffi::c_void;
 use core::sync::atomic::{AtomicPtr, AtomicU64, AtomicU8, Ordering};
 
-use format_writers::{Syscall, SyscallArg};
+use format_writers::{Syscall, SyscallArg, SyscallArgView, SyscallView};
 
 use crate::{lifecycle, sys, writer};
 
@@ -399,47 +399,45 @@ unsafe fn reserve_and_write(ring: &Ring, size: usize, fill: impl FnOnce(*mut u8)
 // ---------------------------------------------------------------- consumer
 
 /// Reads every record published so far, ring after ring (each thread's in
-/// its order), handing each to `emit`; returns how many there were. Only the
+/// its order), handing each to `emit` as a view borrowing the ring's bytes
+/// (nothing is allocated or copied); returns how many there were. Only the
 /// writer thread calls this. Rings of exited threads are freed for reuse
 /// once empty.
-pub fn drain(mut emit: impl FnMut(&mut Syscall)) -> usize {
-    let mut scratch = Syscall::default();
+pub fn drain(mut emit: impl FnMut(&SyscallView<'_>)) -> usize {
     let mut count = 0;
     for ring in rings() {
-        count += drain_ring(ring, &mut scratch, &mut emit);
+        count += drain_ring(ring, &mut emit);
     }
     count
 }
 
-fn drain_ring(ring: &Ring, scratch: &mut Syscall, emit: &mut impl FnMut(&mut Syscall)) -> usize {
+fn drain_ring(ring: &Ring, emit: &mut impl FnMut(&SyscallView<'_>)) -> usize {
     let mut count = 0;
-    {
-        let abandoned = ring.state.load(Ordering::Acquire) == ABANDONED;
-        let head = ring.head.0.load(Ordering::Acquire);
-        let mut tail = ring.tail.0.load(Ordering::Relaxed);
-        let base = ring.bytes.get().cast::<u8>().cast_const();
-        while tail != head {
-            let pos = (tail as usize) & (CAP - 1);
-            // SAFETY: [tail, head) was published by the producer (Acquire
-            // above) and is not written again until `tail` moves past it.
-            let size = unsafe {
-                let at = base.add(pos);
-                let size = at.cast::<u32>().read() as usize;
-                if at.add(4).cast::<u16>().read() != SKIP {
-                    read_record(at, scratch);
-                    emit(scratch);
-                    count += 1;
-                }
-                size
-            };
-            tail += size as u64;
-        }
-        ring.tail.0.store(tail, Ordering::Release);
-        if abandoned {
-            let _ =
-                ring.state
-                    .compare_exchange(ABANDONED, FREE, Ordering::AcqRel, Ordering::Relaxed);
-        }
+    let abandoned = ring.state.load(Ordering::Acquire) == ABANDONED;
+    let head = ring.head.0.load(Ordering::Acquire);
+    let mut tail = ring.tail.0.load(Ordering::Relaxed);
+    let base = ring.bytes.get().cast::<u8>().cast_const();
+    while tail != head {
+        let pos = (tail as usize) & (CAP - 1);
+        // SAFETY: [tail, head) was published by the producer (Acquire
+        // above) and is not written again until `tail` moves past it
+        // (after `emit` returned, so the view's borrows end in time).
+        let size = unsafe {
+            let at = base.add(pos);
+            let size = at.cast::<u32>().read() as usize;
+            if at.add(4).cast::<u16>().read() != SKIP {
+                read_record(at, emit);
+                count += 1;
+            }
+            size
+        };
+        tail += size as u64;
+    }
+    ring.tail.0.store(tail, Ordering::Release);
+    if abandoned {
+        let _ = ring
+            .state
+            .compare_exchange(ABANDONED, FREE, Ordering::AcqRel, Ordering::Relaxed);
     }
     count
 }
@@ -449,40 +447,66 @@ pub fn all_empty() -> bool {
     rings().all(|r| r.head.0.load(Ordering::Acquire) == r.tail.0.load(Ordering::Relaxed))
 }
 
-/// Decodes the record at `at` into `out`, reusing its argument vector.
+/// Hands the record at `at` to `emit` as a view of the ring's bytes (a
+/// boxed record: a view of the box, freed afterwards).
 ///
 /// # Safety
-/// `at` is a complete, published, non-skip record.
-unsafe fn read_record(at: *const u8, out: &mut Syscall) {
+/// `at` is a complete, published, non-skip record, unchanged while `emit`
+/// runs.
+unsafe fn read_record(at: *const u8, emit: &mut impl FnMut(&SyscallView<'_>)) {
     let n = usize::from(at.add(6).read()).min(MAX_ARGS);
     let flags = at.add(7).read();
-    out.number = at.add(4).cast::<u16>().read();
-    out.thread = Some(at.add(8).cast::<u32>().read());
-    let errno = at.add(12).cast::<i32>().read();
-    out.errno = (flags & FAILED != 0).then_some(errno);
-    out.time_ns = Some(at.add(16).cast::<u64>().read());
-    let d = at.add(24).cast::<u64>().read();
-    out.duration_ns = (flags & HAS_DURATION != 0).then_some(d);
-    out.result = at.add(32).cast::<i64>().read();
     if flags & BOXED != 0 {
         let boxed = Box::from_raw(at.add(HEAD).cast::<u64>().read() as *mut Syscall);
-        *out = *boxed;
+        let args: Vec<SyscallArgView<'_>> = boxed.args.iter().map(SyscallArgView::of).collect();
+        emit(&SyscallView {
+            number: boxed.number,
+            result: boxed.result,
+            errno: boxed.errno,
+            thread: boxed.thread,
+            time_ns: boxed.time_ns,
+            duration_ns: boxed.duration_ns,
+            args: &args,
+        });
         return;
     }
+    let errno = at.add(12).cast::<i32>().read();
+    let d = at.add(24).cast::<u64>().read();
     let kinds = at.add(40).cast::<[u8; 8]>().read();
     let vals = at.add(HEAD).cast::<u64>();
     let mut tailp = at.add(HEAD + 8 * n);
-    out.args.clear();
+    let mut args = [SyscallArgView::Int(0); MAX_ARGS];
     for (i, &k) in kinds.iter().enumerate().take(n) {
         let v = vals.add(i).read();
-        let a = arg(k, v, || {
-            let len = tailp.cast::<u64>().read() as usize;
-            let bytes = core::slice::from_raw_parts(tailp.add(8), len).to_vec();
-            tailp = tailp.add(8 + len.next_multiple_of(8));
-            bytes
-        });
-        out.args.push(a);
+        args[i] = match k {
+            kind::INT => SyscallArgView::Int(v as i64),
+            kind::FLAGS => SyscallArgView::Flags(v),
+            kind::FD => SyscallArgView::Fd(v as i32),
+            kind::PATH | kind::BUFFER => {
+                let len = tailp.cast::<u64>().read() as usize;
+                let bytes = core::slice::from_raw_parts(tailp.add(8), len);
+                tailp = tailp.add(8 + len.next_multiple_of(8));
+                if k == kind::PATH {
+                    SyscallArgView::Path(bytes)
+                } else {
+                    SyscallArgView::Buffer {
+                        len: v,
+                        data: bytes,
+                    }
+                }
+            }
+            _ => SyscallArgView::Pointer(v),
+        };
     }
+    emit(&SyscallView {
+        number: at.add(4).cast::<u16>().read(),
+        result: at.add(32).cast::<i64>().read(),
+        errno: (flags & FAILED != 0).then_some(errno),
+        thread: Some(at.add(8).cast::<u32>().read()),
+        time_ns: Some(at.add(16).cast::<u64>().read()),
+        duration_ns: (flags & HAS_DURATION != 0).then_some(d),
+        args: &args[..n],
+    });
 }
 
 /// In a fork child: the parent's unwritten records are the parent's; every
@@ -533,9 +557,7 @@ mod tests {
 
     fn drain_all(ring: &Ring) -> Vec<Syscall> {
         let mut got = Vec::new();
-        drain_ring(ring, &mut Syscall::default(), &mut |c: &mut Syscall| {
-            got.push(c.clone())
-        });
+        drain_ring(ring, &mut |c: &SyscallView<'_>| got.push(c.to_syscall()));
         got
     }
 
