@@ -29,6 +29,16 @@ pub fn set_errno(value: c_int) {
     unsafe { *libc::__errno_location() = value }
 }
 
+/// Runs `f` and gives `errno` back the value it had before (for the rare
+/// slow paths of the hooks: allocating, waking or waiting for the writer).
+#[inline]
+pub fn keep_errno<R>(f: impl FnOnce() -> R) -> R {
+    let saved = errno();
+    let r = f();
+    set_errno(saved);
+    r
+}
+
 /// The process id as the kernel sees it now (never a cached value: a `vfork`
 /// child shares our memory but has its own pid).
 pub fn raw_getpid() -> u32 {

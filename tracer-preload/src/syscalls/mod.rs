@@ -49,19 +49,20 @@ static TID_OFFSET: AtomicUsize = AtomicUsize::new(0);
 /// Switches capture on for the system calls `numbers`, keeping `data` bytes
 /// of each buffer. Called once by the constructor, before any thread exists.
 pub fn configure(numbers: &[u16], data: usize) {
-    for &n in numbers {
-        let n = usize::from(n);
-        if n < 512 {
-            SELECTED[n / 64].fetch_or(1 << (n % 64), Ordering::Relaxed);
-        }
-    }
     DATA_CAP.store(data.min(MAX_DATA), Ordering::Relaxed);
     ring::init();
     find_tid_offset();
     ON.store(true, Ordering::Release);
+    // Last: a set bit means "capture on" to the hooks.
+    for &n in numbers {
+        let n = usize::from(n);
+        if n < 512 {
+            SELECTED[n / 64].fetch_or(1 << (n % 64), Ordering::Release);
+        }
+    }
 }
 
-#[inline]
+#[inline(always)]
 fn selected(nr: u16) -> bool {
     let n = usize::from(nr);
     n < 512 && SELECTED[n / 64].load(Ordering::Relaxed) & (1 << (n % 64)) != 0
@@ -69,10 +70,11 @@ fn selected(nr: u16) -> bool {
 
 /// Whether this call of system call `nr` is to be captured; its entry time
 /// if so. False for the tracer's own calls (guard held) and in a `vfork`
-/// child.
-#[inline]
+/// child. The selection bits are only set once capture is on (see
+/// [`configure`]), so one bit test stands for both.
+#[inline(always)]
 pub fn start(nr: u16) -> Option<u64> {
-    if !ON.load(Ordering::Relaxed) || !selected(nr) || tls::inside() || tls::vforked() {
+    if !selected(nr) || tls::hot().passing() {
         return None;
     }
     Some(sys::now_ns())
@@ -80,17 +82,18 @@ pub fn start(nr: u16) -> Option<u64> {
 
 /// The record of a call that returned `result` after starting at `t0`
 /// (from [`start`]); `args` appends the argument elements. `errno` is read
-/// when the result is -1 and left as it was.
-#[inline]
+/// only when the result is -1; nothing on the way changes it (the rare slow
+/// paths of the ring keep it, see `sys::keep_errno`).
+#[inline(always)]
 pub fn done(nr: u16, t0: u64, result: i64, args: impl FnOnce(&mut Args)) {
     let t1 = sys::now_ns();
-    let err = sys::errno();
+    let err = if result == -1 { sys::errno() } else { 0 };
     send(nr, t0, Some(t1.saturating_sub(t0)), result, err, args);
-    sys::set_errno(err);
 }
 
 /// Builds one record and appends it to this thread's ring (inside the
 /// guard). `duration` is `None` for calls that do not return (exec, exit).
+#[inline(always)]
 fn send(
     nr: u16,
     t0: u64,
@@ -99,11 +102,12 @@ fn send(
     err: i32,
     args: impl FnOnce(&mut Args),
 ) {
-    let Some(_g) = tls::enter() else { return };
+    let hot = tls::hot();
+    let Some(_g) = hot.enter() else { return };
     let mut a = Args {
         d: ring::Draft {
             nr,
-            tid: tls::tid(),
+            tid: hot.tid(),
             errno: (result == -1).then_some(err),
             time_ns: t0,
             duration_ns: duration,

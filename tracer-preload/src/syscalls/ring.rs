@@ -32,13 +32,13 @@
 //! it. At exit, exec and abort the writer drains every ring as it drains the
 //! channel; a fork child discards the parent's records.
 
-use core::cell::{Cell, UnsafeCell};
+use core::cell::UnsafeCell;
 use core::ffi::c_void;
 use core::sync::atomic::{AtomicPtr, AtomicU64, AtomicU8, Ordering};
 
 use format_writers::{Syscall, SyscallArg, SyscallArgView, SyscallView};
 
-use crate::{lifecycle, sys, writer};
+use crate::{lifecycle, sys, tls, writer};
 
 /// Bytes of one ring (a power of two).
 const CAP: usize = 128 * 1024;
@@ -90,10 +90,6 @@ static RINGS: AtomicPtr<Ring> = AtomicPtr::new(core::ptr::null_mut());
 /// The `pthread` key whose destructor gives a thread's ring back.
 static KEY: AtomicU64 = AtomicU64::new(u64::MAX);
 
-thread_local! {
-    static MINE: Cell<*mut Ring> = const { Cell::new(core::ptr::null_mut()) };
-}
-
 /// Rings made ready by the constructor besides the calling thread's, so the
 /// first threads' first captured calls do not allocate (an allocation of ours
 /// can make a system call, `mmap` or `brk`, that `strace` would show between
@@ -123,11 +119,10 @@ pub fn init() {
 /// (another destructor's) takes a new ring.
 unsafe extern "C" fn thread_gone(p: *mut c_void) {
     let ring = p.cast::<Ring>();
-    let _ = MINE.try_with(|m| {
-        if m.get() == ring {
-            m.set(core::ptr::null_mut());
-        }
-    });
+    let hot = tls::hot();
+    if hot.ring.get() == p {
+        hot.ring.set(core::ptr::null_mut());
+    }
     if !ring.is_null() {
         // SAFETY: rings are never freed.
         (*ring).state.store(ABANDONED, Ordering::Release);
@@ -135,15 +130,22 @@ unsafe extern "C" fn thread_gone(p: *mut c_void) {
 }
 
 /// This thread's ring, taken (a free one or a new one) on first use.
+#[inline]
 fn mine() -> Option<&'static Ring> {
-    let p = MINE.try_with(|m| m.get()).ok()?;
+    let p = tls::hot().ring.get().cast::<Ring>();
     if !p.is_null() {
         // SAFETY: rings are never freed.
         return Some(unsafe { &*p });
     }
+    sys::keep_errno(first_ring)
+}
+
+/// Takes a ring for this thread and registers it for the thread's exit.
+#[cold]
+fn first_ring() -> Option<&'static Ring> {
     let ring = take_ring()?;
     let p = ring as *const Ring as *mut Ring;
-    MINE.try_with(|m| m.set(p)).ok()?;
+    tls::hot().ring.set(p.cast());
     let key = KEY.load(Ordering::Acquire);
     if key != u64::MAX {
         // SAFETY: the key was created by `init`; the value is our ring.
@@ -225,6 +227,7 @@ pub struct Draft {
 }
 
 impl Draft {
+    #[inline(always)]
     fn size(&self) -> usize {
         let mut size = HEAD + 8 * self.n;
         for i in 0..self.n {
@@ -279,9 +282,11 @@ fn arg(kind: u8, value: u64, bytes: impl FnOnce() -> Vec<u8>) -> SyscallArg {
 
 /// Appends `d` to this thread's ring (inside the guard). False when the
 /// tracer is not running (the record is dropped, as the channel would).
+/// Inlined into each wrapper, where the argument kinds are constants.
 ///
 /// # Safety
 /// Every `bytes` source of `d` is readable for its length.
+#[inline(always)]
 pub unsafe fn push(d: &Draft) -> bool {
     if !lifecycle::accepting() {
         return false;
@@ -292,39 +297,55 @@ pub unsafe fn push(d: &Draft) -> bool {
 
 /// # Safety
 /// As [`push`]; the caller is `ring`'s one producer.
+#[inline(always)]
 unsafe fn push_into(ring: &Ring, d: &Draft) -> bool {
     let size = d.size();
     if size > MAX_INLINE {
-        let boxed = Box::into_raw(Box::new(d.to_syscall()));
-        let ok = reserve_and_write(ring, HEAD + 8, |at| {
-            write_head(at, d, HEAD + 8, BOXED);
-            at.add(HEAD).cast::<u64>().write(boxed as u64);
-        });
-        if !ok {
-            drop(Box::from_raw(boxed));
-        }
-        return ok;
+        return sys::keep_errno(|| push_boxed(ring, d));
     }
-    reserve_and_write(ring, size, |at| {
-        write_head(at, d, size, 0);
-        let vals = at.add(HEAD).cast::<u64>();
-        let mut tailp = at.add(HEAD + 8 * d.n);
-        for i in 0..d.n {
-            vals.add(i).write(d.values[i]);
-            if matches!(d.kinds[i], kind::PATH | kind::BUFFER) {
-                let (src, len) = d.bytes[i];
-                tailp.cast::<u64>().write(len as u64);
-                if len > 0 {
-                    core::ptr::copy_nonoverlapping(src, tailp.add(8), len);
-                }
-                tailp = tailp.add(8 + len.next_multiple_of(8));
+    let Some((at, head)) = reserve(ring, size) else {
+        return false;
+    };
+    write_head(at, d, size, 0);
+    let vals = at.add(HEAD).cast::<u64>();
+    let mut tailp = at.add(HEAD + 8 * d.n);
+    for i in 0..d.n {
+        vals.add(i).write(d.values[i]);
+        if matches!(d.kinds[i], kind::PATH | kind::BUFFER) {
+            let (src, len) = d.bytes[i];
+            tailp.cast::<u64>().write(len as u64);
+            if len > 0 {
+                core::ptr::copy_nonoverlapping(src, tailp.add(8), len);
             }
+            tailp = tailp.add(8 + len.next_multiple_of(8));
         }
-    })
+    }
+    publish(ring, head);
+    true
+}
+
+/// A record too large for the ring: its model record in a box, the pointer
+/// in the ring.
+///
+/// # Safety
+/// As [`push_into`].
+#[cold]
+#[inline(never)]
+unsafe fn push_boxed(ring: &Ring, d: &Draft) -> bool {
+    let boxed = Box::into_raw(Box::new(d.to_syscall()));
+    let Some((at, head)) = reserve(ring, HEAD + 8) else {
+        drop(Box::from_raw(boxed));
+        return false;
+    };
+    write_head(at, d, HEAD + 8, BOXED);
+    at.add(HEAD).cast::<u64>().write(boxed as u64);
+    publish(ring, head);
+    true
 }
 
 /// # Safety
 /// `at` is writable for `HEAD` bytes, 8-aligned.
+#[inline(always)]
 unsafe fn write_head(at: *mut u8, d: &Draft, size: usize, extra: u8) {
     let mut flags = extra;
     if d.duration_ns.is_some() {
@@ -333,35 +354,68 @@ unsafe fn write_head(at: *mut u8, d: &Draft, size: usize, extra: u8) {
     if d.errno.is_some() {
         flags |= FAILED;
     }
-    at.cast::<u32>().write(size as u32);
-    at.add(4).cast::<u16>().write(d.nr);
-    at.add(6).write(d.n as u8);
-    at.add(7).write(flags);
-    at.add(8).cast::<u32>().write(d.tid);
-    at.add(12).cast::<i32>().write(d.errno.unwrap_or(0));
+    // size u32 | nr u16 | nargs u8 | flags u8, as one little-endian word.
+    at.cast::<u64>()
+        .write(size as u64 | u64::from(d.nr) << 32 | (d.n as u64) << 48 | u64::from(flags) << 56);
+    at.add(8)
+        .cast::<u64>()
+        .write(u64::from(d.tid) | u64::from(d.errno.unwrap_or(0) as u32) << 32);
     at.add(16).cast::<u64>().write(d.time_ns);
     at.add(24).cast::<u64>().write(d.duration_ns.unwrap_or(0));
     at.add(32).cast::<i64>().write(d.result);
     let mut kinds = [0u8; 8];
     kinds[..MAX_ARGS].copy_from_slice(&d.kinds);
-    at.add(40).cast::<[u8; 8]>().write(kinds);
+    at.add(40).cast::<u64>().write(u64::from_le_bytes(kinds));
 }
 
-/// Reserves `size` contiguous bytes (waiting for the writer when the ring is
-/// full), lets `fill` write them, then publishes them.
+/// Reserves `size` contiguous bytes, waiting for the writer when the ring
+/// is full: where to write them, and the head that publishes them (for
+/// [`publish`]). `None` when tracing stopped while waiting.
 ///
 /// # Safety
-/// `fill` writes at most `size` bytes from the pointer it is given.
-unsafe fn reserve_and_write(ring: &Ring, size: usize, fill: impl FnOnce(*mut u8)) -> bool {
+/// The caller is `ring`'s one producer, and writes at most `size` bytes
+/// from the pointer returned before publishing.
+#[inline(always)]
+unsafe fn reserve(ring: &Ring, size: usize) -> Option<(*mut u8, u64)> {
     let head = ring.head.0.load(Ordering::Relaxed);
     let pos = (head as usize) & (CAP - 1);
     let skip = if pos + size > CAP { CAP - pos } else { 0 };
     let need = (skip + size) as u64;
+    let tail = ring.tail.0.load(Ordering::Acquire);
+    if CAP as u64 - (head - tail) < need && !sys::keep_errno(|| wait_for_room(ring, head, need)) {
+        return None;
+    }
+    let base = ring.bytes.get().cast::<u8>();
+    let mut at = base.add(pos);
+    if skip > 0 {
+        at.cast::<u32>().write(skip as u32);
+        at.add(4).cast::<u16>().write(SKIP);
+        at = base;
+    }
+    Some((at, head + need))
+}
+
+/// Publishes the bytes reserved up to `new_head`.
+#[inline(always)]
+fn publish(ring: &Ring, new_head: u64) {
+    ring.head.0.store(new_head, Ordering::Release);
+    // Past half full: make sure the writer is not asleep.
+    let tail = ring.tail.0.load(Ordering::Relaxed);
+    if new_head - tail > (CAP / 2) as u64 {
+        sys::keep_errno(writer::wake_if_sleeping);
+    }
+}
+
+/// Waits until `need` bytes past `head` are free; false when tracing
+/// stopped meanwhile.
+#[cold]
+#[inline(never)]
+fn wait_for_room(ring: &Ring, head: u64, need: u64) -> bool {
     let mut spins = 0u32;
     loop {
         let tail = ring.tail.0.load(Ordering::Acquire);
         if CAP as u64 - (head - tail) >= need {
-            break;
+            return true;
         }
         if !lifecycle::accepting() {
             return false;
@@ -378,22 +432,6 @@ unsafe fn reserve_and_write(ring: &Ring, size: usize, fill: impl FnOnce(*mut u8)
             sys::sleep_us(50);
         }
     }
-    let base = ring.bytes.get().cast::<u8>();
-    let mut at = base.add(pos);
-    if skip > 0 {
-        at.cast::<u32>().write(skip as u32);
-        at.add(4).cast::<u16>().write(SKIP);
-        at = base;
-    }
-    fill(at);
-    let new_head = head + need;
-    ring.head.0.store(new_head, Ordering::Release);
-    // Past half full: make sure the writer is not asleep.
-    let tail = ring.tail.0.load(Ordering::Relaxed);
-    if new_head - tail > (CAP / 2) as u64 {
-        writer::wake_if_sleeping();
-    }
-    true
 }
 
 // ---------------------------------------------------------------- consumer
@@ -512,7 +550,7 @@ unsafe fn read_record(at: *const u8, emit: &mut impl FnMut(&SyscallView<'_>)) {
 /// In a fork child: the parent's unwritten records are the parent's; every
 /// ring is emptied, and those of threads that do not exist here are freed.
 pub fn after_fork_child() {
-    let me = MINE.try_with(|m| m.get()).unwrap_or(core::ptr::null_mut());
+    let me = tls::hot().ring.get().cast::<Ring>().cast_const();
     for ring in rings() {
         let head = ring.head.0.load(Ordering::Relaxed);
         ring.tail.0.store(head, Ordering::Relaxed);
