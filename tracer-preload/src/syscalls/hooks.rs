@@ -106,7 +106,7 @@ macro_rules! wrap {
                 return f($($p),*);
             };
             let $r: $ret = f($($p),*);
-            done(number, t0, Ret::as_i64($r), |$a: &mut Args| $body);
+            done(number, t0, Ret::as_i64($r), #[inline(always)] |$a: &mut Args| $body);
             $r
         }
     };

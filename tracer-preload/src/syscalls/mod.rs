@@ -91,8 +91,8 @@ pub fn done(nr: u16, t0: u64, result: i64, args: impl FnOnce(&mut Args)) {
     send(nr, t0, Some(t1.saturating_sub(t0)), result, err, args);
 }
 
-/// Builds one record and appends it to this thread's ring (inside the
-/// guard). `duration` is `None` for calls that do not return (exec, exit).
+/// Builds one record in this thread's ring (inside the guard). `duration`
+/// is `None` for calls that do not return (exec, exit).
 #[inline(always)]
 fn send(
     nr: u16,
@@ -104,69 +104,61 @@ fn send(
 ) {
     let hot = tls::hot();
     let Some(_g) = hot.enter() else { return };
+    let Some(ring) = ring::for_record() else {
+        return;
+    };
     let mut a = Args {
-        d: ring::Draft {
-            nr,
-            tid: hot.tid(),
-            errno: (result == -1).then_some(err),
-            time_ns: t0,
-            duration_ns: duration,
-            result,
-            n: 0,
-            kinds: [0; ring::MAX_ARGS],
-            values: [0; ring::MAX_ARGS],
-            bytes: [(core::ptr::null(), 0); ring::MAX_ARGS],
-        },
+        // SAFETY: this thread is its ring's one producer, and the guard
+        // keeps any other record of ours from starting meanwhile.
+        r: unsafe { ring::Rec::begin(ring) },
         cap: DATA_CAP.load(Ordering::Relaxed),
     };
     args(&mut a);
-    // SAFETY: the byte sources recorded by `Args` are the caller's readable
-    // paths and buffers, still live during this call.
-    unsafe { ring::push(&a.d) };
+    a.r.finish(&ring::Fixed {
+        nr,
+        tid: hot.tid(),
+        errno: (result == -1).then_some(err),
+        time_ns: t0,
+        duration_ns: duration,
+        result,
+    });
 }
 
 /// Argument elements of one record, in kernel argument order (at most
-/// [`ring::MAX_ARGS`]); paths and buffers are remembered by address and
-/// copied once, into the ring.
-pub struct Args {
-    d: ring::Draft,
+/// [`ring::MAX_ARGS`]), written straight into the ring.
+pub struct Args<'r> {
+    r: ring::Rec<'r>,
     cap: usize,
 }
 
-impl Args {
-    #[inline]
-    fn push(&mut self, kind: u8, value: u64, bytes: (*const u8, usize)) {
-        let i = self.d.n;
-        debug_assert!(i < ring::MAX_ARGS);
-        if i < ring::MAX_ARGS {
-            self.d.kinds[i] = kind;
-            self.d.values[i] = value;
-            self.d.bytes[i] = bytes;
-            self.d.n = i + 1;
-        }
-    }
+impl Args<'_> {
+    #[inline(always)]
     pub fn fd(&mut self, fd: i32) {
-        self.push(ring::kind::FD, fd as u32 as u64, (core::ptr::null(), 0));
+        self.r.scalar(ring::kind::FD, fd as u32 as u64);
     }
+    #[inline(always)]
     pub fn int(&mut self, v: i64) {
-        self.push(ring::kind::INT, v as u64, (core::ptr::null(), 0));
+        self.r.scalar(ring::kind::INT, v as u64);
     }
+    #[inline(always)]
     pub fn flags(&mut self, v: u64) {
-        self.push(ring::kind::FLAGS, v, (core::ptr::null(), 0));
+        self.r.scalar(ring::kind::FLAGS, v);
     }
+    #[inline(always)]
     pub fn ptr<T>(&mut self, p: *const T) {
-        self.push(ring::kind::POINTER, p as u64, (core::ptr::null(), 0));
+        self.r.scalar(ring::kind::POINTER, p as u64);
     }
     /// A NUL-terminated path (a null pointer is recorded as a pointer).
     ///
     /// # Safety
     /// `p` is null or a readable NUL-terminated string.
+    #[inline(always)]
     pub unsafe fn path(&mut self, p: *const c_char) {
         if p.is_null() {
             self.ptr(p);
         } else {
             let len = CStr::from_ptr(p).count_bytes();
-            self.push(ring::kind::PATH, 0, (p.cast(), len));
+            self.r.bytes(ring::kind::PATH, 0, p.cast(), len);
         }
     }
     /// A buffer of `len` bytes at `p`, of which the first `TRACER_SYSCALL_DATA`
@@ -174,18 +166,20 @@ impl Args {
     ///
     /// # Safety
     /// `p` is null or readable for `len` bytes.
+    #[inline(always)]
     pub unsafe fn data(&mut self, p: *const c_void, len: u64) {
         let n = if p.is_null() {
             0
         } else {
             (len.min(self.cap as u64)) as usize
         };
-        self.push(ring::kind::BUFFER, len, (p.cast(), n));
+        self.r.bytes(ring::kind::BUFFER, len, p.cast(), n);
     }
     /// A socket address: a buffer of `len` bytes, or a null pointer.
     ///
     /// # Safety
     /// As [`Args::data`].
+    #[inline(always)]
     pub unsafe fn sockaddr(&mut self, p: *const c_void, len: u32) {
         if p.is_null() {
             self.ptr(p);

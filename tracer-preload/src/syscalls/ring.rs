@@ -14,15 +14,17 @@
 //! record  = size u32 | nr u16 | nargs u8 | flags u8      (size: whole record, multiple of 8)
 //!         | tid u32 | errno i32 | entry ns u64 | duration ns u64 | result i64
 //!         | kinds [u8; 8] (one per argument)
-//!         | value u64 per argument
-//!         | per path/buffer argument, in order: n u64, n bytes, padding to 8
+//!         | per argument, in order: value u64, and for a path or buffer:
+//!             n u64, then n bytes and padding to 8
+//!             (kind | 0x80: n u64, then a `Box<[u8]>` pointer u64)
 //! skip    = size u32 | nr u16 = 0xffff | …                (ignored up to size)
-//! boxed   = the header with flag BOXED, then one u64: a `Box<Syscall>` pointer
 //! ```
 //!
-//! A record too large for a quarter of the ring (huge paths, large
-//! `TRACER_SYSCALL_DATA` buffers) is built as a boxed [`Syscall`] and only its
-//! pointer goes through the ring, so a thread's records keep their order.
+//! The producer writes a record in place ([`Rec`]), in argument order, so a
+//! wrapper's record costs a few stores. Paths and buffers longer than 4 KiB
+//! (huge paths, large `TRACER_SYSCALL_DATA`) are copied into a box whose
+//! pointer the record carries, so a record stays well below a quarter of
+//! the ring and a thread's records keep their order.
 //!
 //! The writer polls every ring on its own schedule (its idle sleep is at most
 //! 10 ms); a producer wakes it only when its ring is more than half full, and
@@ -36,14 +38,12 @@ use core::cell::UnsafeCell;
 use core::ffi::c_void;
 use core::sync::atomic::{AtomicPtr, AtomicU64, AtomicU8, Ordering};
 
-use format_writers::{Syscall, SyscallArg, SyscallArgView, SyscallView};
+use format_writers::{SyscallArgView, SyscallView};
 
 use crate::{lifecycle, sys, tls, writer};
 
 /// Bytes of one ring (a power of two).
 const CAP: usize = 128 * 1024;
-/// Records larger than this travel boxed.
-const MAX_INLINE: usize = CAP / 4;
 /// Fixed part of a record: the header fields and the argument kinds.
 const HEAD: usize = 48;
 /// Arguments a record holds.
@@ -52,7 +52,10 @@ pub const MAX_ARGS: usize = 6;
 const SKIP: u16 = 0xffff;
 const HAS_DURATION: u8 = 1;
 const FAILED: u8 = 2;
-const BOXED: u8 = 4;
+/// Set in an argument's kind: its bytes are in a box, not in the ring.
+const BOXED_BYTES: u8 = 0x80;
+/// Bytes of one path or buffer argument copied into the ring itself.
+const MAX_INLINE_BYTES: usize = 4096;
 
 const FREE: u8 = 0;
 const OWNED: u8 = 1;
@@ -209,207 +212,303 @@ fn rings() -> impl Iterator<Item = &'static Ring> {
 
 // ---------------------------------------------------------------- producer
 
-/// A record being assembled on the producer's stack: fixed fields, argument
-/// values, and where the bytes of paths and buffers are (copied only into
-/// the ring).
-pub struct Draft {
+/// This thread's ring for a new record, or `None` when the tracer is not
+/// running (the record is dropped, as the channel would).
+#[inline(always)]
+pub fn for_record() -> Option<&'static Ring> {
+    if !lifecycle::accepting() {
+        return None;
+    }
+    mine()
+}
+
+/// A record being written straight into its ring, argument after argument,
+/// and published by [`Rec::finish`]. The producer writes past `head` in
+/// the free part of the ring, which the writer never reads; each write
+/// checks that it stays below `limit` (the end of the array or of the
+/// free bytes, whichever comes first), and only when it would not does
+/// [`Rec::grow`] wait for the writer or move the record to offset 0.
+/// Inlined into each wrapper, where the argument kinds and count are
+/// constants: a scalar argument is one compare and one store.
+pub struct Rec<'r> {
+    ring: &'r Ring,
+    /// The ring's published bytes when the record began.
+    head: u64,
+    /// The ring's consumed bytes, as last read.
+    tail: u64,
+    /// Bytes skipped before the record (it moved to offset 0).
+    skip: usize,
+    start: *mut u8,
+    cur: *mut u8,
+    /// Null once the record is abandoned (tracing stopped while waiting).
+    limit: *mut u8,
+    n: usize,
+    kinds: u64,
+}
+
+impl<'r> Rec<'r> {
+    /// Starts a record in `ring`.
+    ///
+    /// # Safety
+    /// The caller is `ring`'s one producer, with no other record open.
+    #[inline(always)]
+    pub unsafe fn begin(ring: &'r Ring) -> Rec<'r> {
+        let head = ring.head.0.load(Ordering::Relaxed);
+        let tail = ring.tail.0.load(Ordering::Acquire);
+        let pos = (head as usize) & (CAP - 1);
+        let free = CAP - (head - tail) as usize;
+        let start = ring.bytes.get().cast::<u8>().add(pos);
+        let mut r = Rec {
+            ring,
+            head,
+            tail,
+            skip: 0,
+            start,
+            cur: start,
+            limit: start.add(free.min(CAP - pos)),
+            n: 0,
+            kinds: 0,
+        };
+        if r.room(HEAD) {
+            r.cur = r.cur.add(HEAD);
+        }
+        r
+    }
+
+    /// Whether `need` more bytes fit at `cur` (after waiting or moving if
+    /// they did not); false when the record is abandoned.
+    #[inline(always)]
+    fn room(&mut self, need: usize) -> bool {
+        if (self.cur as usize) + need <= self.limit as usize {
+            return true;
+        }
+        // By value, so that the record's fields never have their address
+        // taken and stay in registers on the fast path.
+        let (ring, head, skip, start, cur, limit) = (
+            self.ring, self.head, self.skip, self.start, self.cur, self.limit,
+        );
+        match sys::keep_errno(|| grow(ring, head, skip, start, cur, limit, need)) {
+            Some(g) => {
+                (self.start, self.cur, self.limit, self.skip, self.tail) =
+                    (g.start, g.cur, g.limit, g.skip, g.tail);
+                true
+            }
+            None => {
+                self.limit = core::ptr::null_mut();
+                false
+            }
+        }
+    }
+
+    #[inline(always)]
+    fn add_kind(&mut self, kind: u8) {
+        debug_assert!(self.n < MAX_ARGS);
+        self.kinds |= u64::from(kind) << (8 * (self.n & 7));
+        self.n += 1;
+    }
+
+    /// A scalar argument.
+    #[inline(always)]
+    pub fn scalar(&mut self, kind: u8, value: u64) {
+        if self.room(8) {
+            // SAFETY: `room` checked 8 bytes at `cur`, 8-aligned.
+            unsafe {
+                self.cur.cast::<u64>().write(value);
+                self.cur = self.cur.add(8);
+            }
+        }
+        // Counted even in an abandoned record (never published), so the
+        // count and kinds stay constants the compiler folds.
+        self.add_kind(kind);
+    }
+
+    /// A path or buffer argument: `value` (a buffer's length), then `len`
+    /// bytes from `src`.
+    ///
+    /// # Safety
+    /// `src` is readable for `len` bytes.
+    #[inline(always)]
+    pub unsafe fn bytes(&mut self, kind: u8, value: u64, src: *const u8, len: usize) {
+        if len > MAX_INLINE_BYTES {
+            // The copy is made out of line, by value (see `room`).
+            let copy = boxed_copy(src, len);
+            if self.room(24) {
+                self.cur.cast::<u64>().write(value);
+                self.cur.add(8).cast::<u64>().write(len as u64);
+                self.cur.add(16).cast::<u64>().write(copy as u64);
+                self.cur = self.cur.add(24);
+            } else {
+                drop(Box::from_raw(core::ptr::slice_from_raw_parts_mut(
+                    copy, len,
+                )));
+            }
+            self.add_kind(kind | BOXED_BYTES);
+            return;
+        }
+        let padded = len.next_multiple_of(8);
+        if self.room(16 + padded) {
+            self.cur.cast::<u64>().write(value);
+            self.cur.add(8).cast::<u64>().write(len as u64);
+            if len > 0 {
+                core::ptr::copy_nonoverlapping(src, self.cur.add(16), len);
+            }
+            self.cur = self.cur.add(16 + padded);
+        }
+        self.add_kind(kind);
+    }
+
+    /// Writes the header and publishes the record; false if it was
+    /// abandoned.
+    #[inline(always)]
+    pub fn finish(self, f: &Fixed) -> bool {
+        if self.limit.is_null() {
+            return false;
+        }
+        let size = self.cur as usize - self.start as usize;
+        let mut flags = 0;
+        if f.duration_ns.is_some() {
+            flags |= HAS_DURATION;
+        }
+        if f.errno.is_some() {
+            flags |= FAILED;
+        }
+        let at = self.start;
+        // SAFETY: `begin` reserved HEAD bytes at `start` (the record is not
+        // abandoned); the skip marker goes where `head` points, in the
+        // free part of the ring.
+        unsafe {
+            // size u32 | nr u16 | nargs u8 | flags u8, as one little-endian word.
+            at.cast::<u64>().write(
+                size as u64
+                    | u64::from(f.nr) << 32
+                    | (self.n as u64) << 48
+                    | u64::from(flags) << 56,
+            );
+            at.add(8)
+                .cast::<u64>()
+                .write(u64::from(f.tid) | u64::from(f.errno.unwrap_or(0) as u32) << 32);
+            at.add(16).cast::<u64>().write(f.time_ns);
+            at.add(24).cast::<u64>().write(f.duration_ns.unwrap_or(0));
+            at.add(32).cast::<i64>().write(f.result);
+            at.add(40).cast::<u64>().write(self.kinds);
+            if self.skip > 0 {
+                let base = self.ring.bytes.get().cast::<u8>();
+                let marker = base.add((self.head as usize) & (CAP - 1));
+                marker
+                    .cast::<u64>()
+                    .write(self.skip as u64 | u64::from(SKIP) << 32);
+            }
+        }
+        let new_head = self.head + (self.skip + size) as u64;
+        self.ring.head.0.store(new_head, Ordering::Release);
+        // Past half full: make sure the writer is not asleep.
+        if new_head - self.tail > (CAP / 2) as u64 {
+            sys::keep_errno(writer::wake_if_sleeping);
+        }
+        true
+    }
+}
+
+/// Bytes too long for the ring: copied into a box (leaked here, freed by
+/// the writer after use, see `free_boxes`).
+///
+/// # Safety
+/// `src` is readable for `len` bytes.
+#[cold]
+#[inline(never)]
+unsafe fn boxed_copy(src: *const u8, len: usize) -> *mut u8 {
+    let copy: Box<[u8]> = sys::keep_errno(|| {
+        core::slice::from_raw_parts(src, len)
+            .to_vec()
+            .into_boxed_slice()
+    });
+    Box::into_raw(copy).cast::<u8>()
+}
+
+/// Where a record continues after [`grow`].
+struct Grown {
+    start: *mut u8,
+    cur: *mut u8,
+    limit: *mut u8,
+    skip: usize,
+    tail: u64,
+}
+
+/// Makes room for `need` more bytes after the `cur - start` bytes of a
+/// record begun at `head`: waits for the writer, and moves the record to
+/// offset 0 when it would cross the end of the array. `None` when the
+/// record is abandoned (`limit` null: it was already, or tracing stopped
+/// while waiting).
+#[cold]
+#[inline(never)]
+fn grow(
+    ring: &Ring,
+    head: u64,
+    skip: usize,
+    start: *mut u8,
+    cur: *mut u8,
+    limit: *mut u8,
+    need: usize,
+) -> Option<Grown> {
+    if limit.is_null() {
+        return None;
+    }
+    let base = ring.bytes.get().cast::<u8>();
+    let head_pos = (head as usize) & (CAP - 1);
+    let used = cur as usize - start as usize;
+    let total = used + need;
+    // A record is at most HEAD + MAX_ARGS * (24 + MAX_INLINE_BYTES), well
+    // below a quarter of the ring, so one move to offset 0 is enough and
+    // the skip plus the record always fit in the ring.
+    debug_assert!(total <= CAP / 4);
+    let new_skip = if skip == 0 && head_pos + total > CAP {
+        CAP - head_pos
+    } else {
+        skip
+    };
+    if !wait_for_room(ring, head, (new_skip + total) as u64) {
+        return None;
+    }
+    let tail = ring.tail.0.load(Ordering::Acquire);
+    let free = CAP - (head - tail) as usize;
+    let (start, room) = if new_skip != skip {
+        // SAFETY: both ranges lie in the ring's array, in its free part
+        // (the room was waited for); the record's bytes start at
+        // `head_pos` > CAP - CAP / 4 and the destination ends at `used` <
+        // CAP / 4, so they do not overlap.
+        unsafe { core::ptr::copy_nonoverlapping(start, base, used) };
+        (base, free - new_skip)
+    } else if new_skip > 0 {
+        (start, free - new_skip)
+    } else {
+        (start, free.min(CAP - head_pos))
+    };
+    // SAFETY: the record's region begins at `start` in the array, and
+    // `room` bytes from there are free and contiguous.
+    unsafe {
+        Some(Grown {
+            start,
+            cur: start.add(used),
+            limit: start.add(room),
+            skip: new_skip,
+            tail,
+        })
+    }
+}
+
+/// The fixed fields of a record.
+pub struct Fixed {
     pub nr: u16,
     pub tid: u32,
     pub errno: Option<i32>,
     pub time_ns: u64,
+    /// `None` for calls that do not return (exec, exit).
     pub duration_ns: Option<u64>,
     pub result: i64,
-    pub n: usize,
-    pub kinds: [u8; MAX_ARGS],
-    pub values: [u64; MAX_ARGS],
-    /// Source and length of the bytes of a path or buffer argument.
-    pub bytes: [(*const u8, usize); MAX_ARGS],
-}
-
-impl Draft {
-    #[inline(always)]
-    fn size(&self) -> usize {
-        let mut size = HEAD + 8 * self.n;
-        for i in 0..self.n {
-            if matches!(self.kinds[i], kind::PATH | kind::BUFFER) {
-                size += 8 + self.bytes[i].1.next_multiple_of(8);
-            }
-        }
-        size
-    }
-
-    /// The model record (for the boxed path).
-    ///
-    /// # Safety
-    /// Every `bytes` source is readable for its length.
-    unsafe fn to_syscall(&self) -> Syscall {
-        let mut args = Vec::with_capacity(self.n);
-        for i in 0..self.n {
-            let (p, len) = self.bytes[i];
-            args.push(arg(self.kinds[i], self.values[i], || {
-                if len == 0 {
-                    Vec::new()
-                } else {
-                    core::slice::from_raw_parts(p, len).to_vec()
-                }
-            }));
-        }
-        Syscall {
-            number: self.nr,
-            result: self.result,
-            errno: self.errno,
-            thread: Some(self.tid),
-            time_ns: Some(self.time_ns),
-            duration_ns: self.duration_ns,
-            args,
-        }
-    }
-}
-
-fn arg(kind: u8, value: u64, bytes: impl FnOnce() -> Vec<u8>) -> SyscallArg {
-    match kind {
-        kind::INT => SyscallArg::Int(value as i64),
-        kind::FLAGS => SyscallArg::Flags(value),
-        kind::FD => SyscallArg::Fd(value as i32),
-        kind::PATH => SyscallArg::Path(bytes()),
-        kind::BUFFER => SyscallArg::Buffer {
-            len: value,
-            data: bytes(),
-        },
-        _ => SyscallArg::Pointer(value),
-    }
-}
-
-/// Appends `d` to this thread's ring (inside the guard). False when the
-/// tracer is not running (the record is dropped, as the channel would).
-/// Inlined into each wrapper, where the argument kinds are constants.
-///
-/// # Safety
-/// Every `bytes` source of `d` is readable for its length.
-#[inline(always)]
-pub unsafe fn push(d: &Draft) -> bool {
-    if !lifecycle::accepting() {
-        return false;
-    }
-    let Some(ring) = mine() else { return false };
-    push_into(ring, d)
-}
-
-/// # Safety
-/// As [`push`]; the caller is `ring`'s one producer.
-#[inline(always)]
-unsafe fn push_into(ring: &Ring, d: &Draft) -> bool {
-    let size = d.size();
-    if size > MAX_INLINE {
-        return sys::keep_errno(|| push_boxed(ring, d));
-    }
-    let Some((at, head)) = reserve(ring, size) else {
-        return false;
-    };
-    write_head(at, d, size, 0);
-    let vals = at.add(HEAD).cast::<u64>();
-    let mut tailp = at.add(HEAD + 8 * d.n);
-    for i in 0..d.n {
-        vals.add(i).write(d.values[i]);
-        if matches!(d.kinds[i], kind::PATH | kind::BUFFER) {
-            let (src, len) = d.bytes[i];
-            tailp.cast::<u64>().write(len as u64);
-            if len > 0 {
-                core::ptr::copy_nonoverlapping(src, tailp.add(8), len);
-            }
-            tailp = tailp.add(8 + len.next_multiple_of(8));
-        }
-    }
-    publish(ring, head);
-    true
-}
-
-/// A record too large for the ring: its model record in a box, the pointer
-/// in the ring.
-///
-/// # Safety
-/// As [`push_into`].
-#[cold]
-#[inline(never)]
-unsafe fn push_boxed(ring: &Ring, d: &Draft) -> bool {
-    let boxed = Box::into_raw(Box::new(d.to_syscall()));
-    let Some((at, head)) = reserve(ring, HEAD + 8) else {
-        drop(Box::from_raw(boxed));
-        return false;
-    };
-    write_head(at, d, HEAD + 8, BOXED);
-    at.add(HEAD).cast::<u64>().write(boxed as u64);
-    publish(ring, head);
-    true
-}
-
-/// # Safety
-/// `at` is writable for `HEAD` bytes, 8-aligned.
-#[inline(always)]
-unsafe fn write_head(at: *mut u8, d: &Draft, size: usize, extra: u8) {
-    let mut flags = extra;
-    if d.duration_ns.is_some() {
-        flags |= HAS_DURATION;
-    }
-    if d.errno.is_some() {
-        flags |= FAILED;
-    }
-    // size u32 | nr u16 | nargs u8 | flags u8, as one little-endian word.
-    at.cast::<u64>()
-        .write(size as u64 | u64::from(d.nr) << 32 | (d.n as u64) << 48 | u64::from(flags) << 56);
-    at.add(8)
-        .cast::<u64>()
-        .write(u64::from(d.tid) | u64::from(d.errno.unwrap_or(0) as u32) << 32);
-    at.add(16).cast::<u64>().write(d.time_ns);
-    at.add(24).cast::<u64>().write(d.duration_ns.unwrap_or(0));
-    at.add(32).cast::<i64>().write(d.result);
-    let mut kinds = [0u8; 8];
-    kinds[..MAX_ARGS].copy_from_slice(&d.kinds);
-    at.add(40).cast::<u64>().write(u64::from_le_bytes(kinds));
-}
-
-/// Reserves `size` contiguous bytes, waiting for the writer when the ring
-/// is full: where to write them, and the head that publishes them (for
-/// [`publish`]). `None` when tracing stopped while waiting.
-///
-/// # Safety
-/// The caller is `ring`'s one producer, and writes at most `size` bytes
-/// from the pointer returned before publishing.
-#[inline(always)]
-unsafe fn reserve(ring: &Ring, size: usize) -> Option<(*mut u8, u64)> {
-    let head = ring.head.0.load(Ordering::Relaxed);
-    let pos = (head as usize) & (CAP - 1);
-    let skip = if pos + size > CAP { CAP - pos } else { 0 };
-    let need = (skip + size) as u64;
-    let tail = ring.tail.0.load(Ordering::Acquire);
-    if CAP as u64 - (head - tail) < need && !sys::keep_errno(|| wait_for_room(ring, head, need)) {
-        return None;
-    }
-    let base = ring.bytes.get().cast::<u8>();
-    let mut at = base.add(pos);
-    if skip > 0 {
-        at.cast::<u32>().write(skip as u32);
-        at.add(4).cast::<u16>().write(SKIP);
-        at = base;
-    }
-    Some((at, head + need))
-}
-
-/// Publishes the bytes reserved up to `new_head`.
-#[inline(always)]
-fn publish(ring: &Ring, new_head: u64) {
-    ring.head.0.store(new_head, Ordering::Release);
-    // Past half full: make sure the writer is not asleep.
-    let tail = ring.tail.0.load(Ordering::Relaxed);
-    if new_head - tail > (CAP / 2) as u64 {
-        sys::keep_errno(writer::wake_if_sleeping);
-    }
 }
 
 /// Waits until `need` bytes past `head` are free; false when tracing
 /// stopped meanwhile.
-#[cold]
-#[inline(never)]
 fn wait_for_room(ring: &Ring, head: u64, need: u64) -> bool {
     let mut spins = 0u32;
     loop {
@@ -485,8 +584,8 @@ pub fn all_empty() -> bool {
     rings().all(|r| r.head.0.load(Ordering::Acquire) == r.tail.0.load(Ordering::Relaxed))
 }
 
-/// Hands the record at `at` to `emit` as a view of the ring's bytes (a
-/// boxed record: a view of the box, freed afterwards).
+/// Hands the record at `at` to `emit` as a view of the ring's bytes (boxed
+/// bytes: a view of the box, freed afterwards).
 ///
 /// # Safety
 /// `at` is a complete, published, non-skip record, unchanged while `emit`
@@ -494,45 +593,40 @@ pub fn all_empty() -> bool {
 unsafe fn read_record(at: *const u8, emit: &mut impl FnMut(&SyscallView<'_>)) {
     let n = usize::from(at.add(6).read()).min(MAX_ARGS);
     let flags = at.add(7).read();
-    if flags & BOXED != 0 {
-        let boxed = Box::from_raw(at.add(HEAD).cast::<u64>().read() as *mut Syscall);
-        let args: Vec<SyscallArgView<'_>> = boxed.args.iter().map(SyscallArgView::of).collect();
-        emit(&SyscallView {
-            number: boxed.number,
-            result: boxed.result,
-            errno: boxed.errno,
-            thread: boxed.thread,
-            time_ns: boxed.time_ns,
-            duration_ns: boxed.duration_ns,
-            args: &args,
-        });
-        return;
-    }
     let errno = at.add(12).cast::<i32>().read();
     let d = at.add(24).cast::<u64>().read();
     let kinds = at.add(40).cast::<[u8; 8]>().read();
-    let vals = at.add(HEAD).cast::<u64>();
-    let mut tailp = at.add(HEAD + 8 * n);
+    let mut p = at.add(HEAD);
     let mut args = [SyscallArgView::Int(0); MAX_ARGS];
+    let mut boxed = false;
     for (i, &k) in kinds.iter().enumerate().take(n) {
-        let v = vals.add(i).read();
-        args[i] = match k {
+        let v = p.cast::<u64>().read();
+        p = p.add(8);
+        let base_kind = k & !BOXED_BYTES;
+        let bytes: &[u8] = if matches!(base_kind, kind::PATH | kind::BUFFER) {
+            let len = p.cast::<u64>().read() as usize;
+            if k & BOXED_BYTES != 0 {
+                let ptr = p.add(8).cast::<u64>().read() as *const u8;
+                p = p.add(16);
+                boxed = true;
+                core::slice::from_raw_parts(ptr, len)
+            } else {
+                let view = core::slice::from_raw_parts(p.add(8), len);
+                p = p.add(8 + len.next_multiple_of(8));
+                view
+            }
+        } else {
+            &[]
+        };
+        args[i] = match base_kind {
             kind::INT => SyscallArgView::Int(v as i64),
             kind::FLAGS => SyscallArgView::Flags(v),
             kind::FD => SyscallArgView::Fd(v as i32),
-            kind::PATH | kind::BUFFER => {
-                let len = tailp.cast::<u64>().read() as usize;
-                let bytes = core::slice::from_raw_parts(tailp.add(8), len);
-                tailp = tailp.add(8 + len.next_multiple_of(8));
-                if k == kind::PATH {
-                    SyscallArgView::Path(bytes)
-                } else {
-                    SyscallArgView::Buffer {
-                        len: v,
-                        data: bytes,
-                    }
-                }
-            }
+            kind::PATH => SyscallArgView::Path(bytes),
+            kind::BUFFER => SyscallArgView::Buffer {
+                len: v,
+                data: bytes,
+            },
             _ => SyscallArgView::Pointer(v),
         };
     }
@@ -545,6 +639,35 @@ unsafe fn read_record(at: *const u8, emit: &mut impl FnMut(&SyscallView<'_>)) {
         duration_ns: (flags & HAS_DURATION != 0).then_some(d),
         args: &args[..n],
     });
+    if boxed {
+        free_boxes(at);
+    }
+}
+
+/// Frees the boxed bytes of the record at `at` (after its view was used).
+///
+/// # Safety
+/// As [`read_record`]; the boxes were made by [`Rec::boxed_bytes`] and
+/// are freed once.
+#[cold]
+unsafe fn free_boxes(at: *const u8) {
+    let n = usize::from(at.add(6).read()).min(MAX_ARGS);
+    let kinds = at.add(40).cast::<[u8; 8]>().read();
+    let mut p = at.add(HEAD + 8);
+    for &k in kinds.iter().take(n) {
+        if matches!(k & !BOXED_BYTES, kind::PATH | kind::BUFFER) {
+            let len = p.cast::<u64>().read() as usize;
+            if k & BOXED_BYTES != 0 {
+                let ptr = p.add(8).cast::<u64>().read() as *mut u8;
+                drop(Box::from_raw(core::ptr::slice_from_raw_parts_mut(ptr, len)));
+                p = p.wrapping_add(24);
+            } else {
+                p = p.wrapping_add(8 + len.next_multiple_of(8) + 8);
+            }
+        } else {
+            p = p.wrapping_add(8);
+        }
+    }
 }
 
 /// In a fork child: the parent's unwritten records are the parent's; every
@@ -563,6 +686,7 @@ pub fn after_fork_child() {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use format_writers::{Syscall, SyscallArg};
 
     fn new_ring() -> Box<Ring> {
         let layout = std::alloc::Layout::new::<Ring>();
@@ -571,26 +695,48 @@ mod tests {
         unsafe { Box::from_raw(std::alloc::alloc_zeroed(layout).cast::<Ring>()) }
     }
 
-    fn draft(nr: u16, i: u64) -> Draft {
-        Draft {
+    fn fixed(nr: u16, i: u64) -> Fixed {
+        Fixed {
             nr,
             tid: 42,
             errno: None,
             time_ns: 1_000 + i,
             duration_ns: Some(7),
             result: i as i64,
-            n: 0,
-            kinds: [0; MAX_ARGS],
-            values: [0; MAX_ARGS],
-            bytes: [(core::ptr::null(), 0); MAX_ARGS],
         }
     }
 
-    fn add(d: &mut Draft, kind: u8, value: u64, bytes: &[u8]) {
-        d.kinds[d.n] = kind;
-        d.values[d.n] = value;
-        d.bytes[d.n] = (bytes.as_ptr(), bytes.len());
-        d.n += 1;
+    /// One argument as the test pushes it: kind, value, bytes.
+    type Raw<'a> = (u8, u64, &'a [u8]);
+
+    /// Writes one record through `Rec`, as the wrappers do: scalars, and
+    /// byte arguments (paths, buffers) by kind.
+    fn push(ring: &Ring, f: &Fixed, args: &[Raw<'_>]) -> bool {
+        // SAFETY: the test is the ring's one producer; every byte source
+        // is a live slice.
+        unsafe {
+            let mut r = Rec::begin(ring);
+            for &(k, v, bytes) in args {
+                if matches!(k, kind::PATH | kind::BUFFER) {
+                    r.bytes(k, v, bytes.as_ptr(), bytes.len());
+                } else {
+                    r.scalar(k, v);
+                }
+            }
+            r.finish(f)
+        }
+    }
+
+    fn model(f: &Fixed, args: Vec<SyscallArg>) -> Syscall {
+        Syscall {
+            number: f.nr,
+            result: f.result,
+            errno: f.errno,
+            thread: Some(f.tid),
+            time_ns: Some(f.time_ns),
+            duration_ns: f.duration_ns,
+            args,
+        }
     }
 
     fn drain_all(ring: &Ring) -> Vec<Syscall> {
@@ -599,71 +745,82 @@ mod tests {
         got
     }
 
-    /// Every argument kind, a failed call, a call without duration, the
-    /// boxed path, and enough records to wrap the ring several times: each
-    /// comes back as the model record the old boxed hand-off carried.
+    /// Every argument kind, a failed call, a call without duration, bytes
+    /// too long for the ring (boxed), and enough records of varying sizes
+    /// to wrap the ring many times (records that reach the end of the array
+    /// move to its start): each comes back as the model record.
     #[test]
     fn records_come_back_exactly_in_order_across_wraps() {
         let ring = new_ring();
         let path = b"/etc/hosts".to_vec();
         let data: Vec<u8> = (0..13).collect();
-        let huge = vec![b'x'; MAX_INLINE + 1];
+        let huge = vec![b'x'; MAX_INLINE_BYTES + 1];
         let mut expected = Vec::new();
         let mut seen = Vec::new();
         for i in 0..20_000u64 {
-            let mut d = draft((i % 300) as u16, i);
-            let mut args = Vec::new();
-            match i % 5 {
-                0 => {
-                    add(&mut d, kind::FD, (-100i32) as u32 as u64, &[]);
-                    add(&mut d, kind::PATH, 0, &path);
-                    add(&mut d, kind::FLAGS, 0x80000, &[]);
-                    args.push(SyscallArg::Fd(-100));
-                    args.push(SyscallArg::Path(path.clone()));
-                    args.push(SyscallArg::Flags(0x80000));
-                }
-                1 => {
-                    add(&mut d, kind::FD, 3, &[]);
-                    add(&mut d, kind::BUFFER, 64, &data);
-                    add(&mut d, kind::INT, (-5i64) as u64, &[]);
-                    add(&mut d, kind::POINTER, 0xdead_beef, &[]);
-                    add(&mut d, kind::BUFFER, 9, &[]);
-                    add(&mut d, kind::INT, u64::MAX, &[]);
-                    args.push(SyscallArg::Fd(3));
-                    args.push(SyscallArg::Buffer {
-                        len: 64,
-                        data: data.clone(),
-                    });
-                    args.push(SyscallArg::Int(-5));
-                    args.push(SyscallArg::Pointer(0xdead_beef));
-                    args.push(SyscallArg::Buffer {
-                        len: 9,
-                        data: vec![],
-                    });
-                    args.push(SyscallArg::Int(-1));
-                }
+            let mut f = fixed((i % 300) as u16, i);
+            let varying: Vec<u8> = (0..(i % 61) as u8).collect();
+            let (raw, args): (Vec<Raw<'_>>, Vec<SyscallArg>) = match i % 6 {
+                0 => (
+                    vec![
+                        (kind::FD, (-100i32) as u32 as u64, &[]),
+                        (kind::PATH, 0, &path),
+                        (kind::FLAGS, 0x80000, &[]),
+                    ],
+                    vec![
+                        SyscallArg::Fd(-100),
+                        SyscallArg::Path(path.clone()),
+                        SyscallArg::Flags(0x80000),
+                    ],
+                ),
+                1 => (
+                    vec![
+                        (kind::FD, 3, &[]),
+                        (kind::BUFFER, 64, &data),
+                        (kind::INT, (-5i64) as u64, &[]),
+                        (kind::POINTER, 0xdead_beef, &[]),
+                        (kind::BUFFER, 9, &[]),
+                        (kind::INT, u64::MAX, &[]),
+                    ],
+                    vec![
+                        SyscallArg::Fd(3),
+                        SyscallArg::Buffer {
+                            len: 64,
+                            data: data.clone(),
+                        },
+                        SyscallArg::Int(-5),
+                        SyscallArg::Pointer(0xdead_beef),
+                        SyscallArg::Buffer {
+                            len: 9,
+                            data: vec![],
+                        },
+                        SyscallArg::Int(-1),
+                    ],
+                ),
                 2 => {
-                    d.errno = Some(2);
-                    d.result = -1;
-                    d.duration_ns = None;
+                    f.errno = Some(2);
+                    f.result = -1;
+                    f.duration_ns = None;
+                    (vec![], vec![])
                 }
-                3 if i % 1000 == 3 => {
-                    add(&mut d, kind::PATH, 0, &huge);
-                    args.push(SyscallArg::Path(huge.clone()));
-                }
-                _ => {}
-            }
-            expected.push(Syscall {
-                number: d.nr,
-                result: d.result,
-                errno: d.errno,
-                thread: Some(42),
-                time_ns: Some(d.time_ns),
-                duration_ns: d.duration_ns,
-                args,
-            });
-            // SAFETY: every byte source above is a live vector.
-            assert!(unsafe { push_into(&ring, &d) });
+                3 if i % 1000 == 3 => (
+                    vec![(kind::INT, 1, &[]), (kind::PATH, 0, &huge)],
+                    vec![SyscallArg::Int(1), SyscallArg::Path(huge.clone())],
+                ),
+                4 => (
+                    vec![(kind::BUFFER, 1 << 20, &varying), (kind::PATH, 0, &varying)],
+                    vec![
+                        SyscallArg::Buffer {
+                            len: 1 << 20,
+                            data: varying.clone(),
+                        },
+                        SyscallArg::Path(varying.clone()),
+                    ],
+                ),
+                _ => (vec![], vec![]),
+            };
+            expected.push(model(&f, args));
+            assert!(push(&ring, &f, &raw));
             if i % 97 == 0 {
                 seen.extend(drain_all(&ring));
             }
@@ -677,5 +834,45 @@ mod tests {
         for (i, (s, e)) in seen.iter().zip(&expected).enumerate() {
             assert_eq!(s, e, "record {i}");
         }
+    }
+
+    /// A full ring while the tracer is not running (as in these tests: no
+    /// writer would ever make room): the record that does not fit is
+    /// dropped whole, every earlier one comes back intact, and once drained
+    /// the ring takes records again.
+    #[test]
+    fn a_record_that_finds_the_ring_full_is_dropped_whole() {
+        assert!(!lifecycle::accepting());
+        let ring = new_ring();
+        let data = vec![7u8; 200];
+        let mut pushed = 0u64;
+        while push(
+            &ring,
+            &fixed(1, pushed),
+            &[(kind::FD, 1, &[]), (kind::BUFFER, 200, &data)],
+        ) {
+            pushed += 1;
+            assert!(pushed < CAP as u64, "never filled");
+        }
+        let per = (HEAD + 8 + 16 + 200) as u64;
+        assert_eq!(pushed, CAP as u64 / per);
+        let got = drain_all(&ring);
+        assert_eq!(got.len() as u64, pushed);
+        for (i, c) in got.iter().enumerate() {
+            let expect = model(
+                &fixed(1, i as u64),
+                vec![
+                    SyscallArg::Fd(1),
+                    SyscallArg::Buffer {
+                        len: 200,
+                        data: data.clone(),
+                    },
+                ],
+            );
+            assert_eq!(c, &expect, "record {i}");
+        }
+        assert!(push(&ring, &fixed(2, 0), &[(kind::INT, 5, &[])]));
+        let got = drain_all(&ring);
+        assert_eq!(got, vec![model(&fixed(2, 0), vec![SyscallArg::Int(5)])]);
     }
 }
