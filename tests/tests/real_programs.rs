@@ -219,3 +219,104 @@ fn gcc_compile() {
         );
     }
 }
+
+/// `TRACER_UNWIND_VERIFY=1` repeats every stack capture without the
+/// per-thread memo of the previous capture (each frame's rule from the
+/// global table) and reports any difference. Programs built without frame
+/// pointers (Debian's python3 and perl, the allocation benchmark at -O2
+/// `-fomit-frame-pointer`), so every frame goes through the CFI rules.
+#[test]
+fn memoized_unwinding_equals_the_table_walk() {
+    let chain = fresh_dir("unwind-verify-bin").join("alloc_chain_nofp");
+    let cc = std::process::Command::new("gcc")
+        .args(["-O2", "-g", "-fomit-frame-pointer", "-pthread", "-o"])
+        .arg(&chain)
+        .arg(repo_root().join("examples/bench/alloc_chain.c"))
+        .output()
+        .expect("gcc");
+    assert!(
+        cc.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cc.stderr)
+    );
+    let cmds = [
+        Cmd::new("/usr/bin/python3")
+            .arg("-I")
+            .arg("-c")
+            .arg("d = {str(i): i for i in range(3000)}; print(len(d))"),
+        Cmd::new("/usr/bin/perl")
+            .arg("-e")
+            .arg("my %h; $h{$_} = $_ for 1..3000; print scalar(keys %h), \"\\n\";"),
+        Cmd::new(&chain).arg("8192").arg("2"),
+    ];
+    for cmd in cmds {
+        let what = cmd.argv[0].to_string_lossy().into_owned();
+        let run = run_traced(&cmd, &[("TRACER_UNWIND_VERIFY", "1")]);
+        let err = run.stderr();
+        assert!(!err.contains("unwind mismatch"), "{what}: {err}");
+        assert!(
+            err.contains("libtracer: unwind verify: 1000 captures identical"),
+            "{what}: the check ran: {err}"
+        );
+    }
+}
+
+/// The allocation benchmark without frame pointers: every one of its 4,096
+/// call paths is a distinct stack, and each stack names the path's functions
+/// in order (the six innermost forks are known from the block's size).
+#[test]
+fn alloc_chain_without_frame_pointers_has_exact_stacks() {
+    let chain = fresh_dir("unwind-chain-bin").join("alloc_chain_nofp");
+    let cc = std::process::Command::new("gcc")
+        .args(["-O2", "-g", "-fomit-frame-pointer", "-pthread", "-o"])
+        .arg(&chain)
+        .arg(repo_root().join("examples/bench/alloc_chain.c"))
+        .output()
+        .expect("gcc");
+    assert!(
+        cc.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cc.stderr)
+    );
+    let run = run_traced(&Cmd::new(&chain).arg("8192"), &[]);
+    assert!(run.output.status.success(), "{}", run.stderr());
+    let t = single_trace(&run);
+    let mut leaf_stacks = std::collections::HashSet::new();
+    let mut checked = 0;
+    for &(size, stack) in &t.allocs {
+        let frames = t.symbolized(stack);
+        let names: Vec<String> = frames
+            .iter()
+            .map(|(_, s)| s.as_ref().map(|s| s.function.clone()).unwrap_or_default())
+            .collect();
+        if !names.first().is_some_and(|n| n.starts_with("leaf")) {
+            continue;
+        }
+        leaf_stacks.insert(stack);
+        // leaf, plain20..plain13, then fork12..fork1 (the `level` functions
+        // call them as tail calls at -O2), worker, main. `None`: fork n's
+        // letter is not known from the size (n > 6).
+        let low = (size - 16) / 8; // i % 64: the bits of fork1..fork6
+        let mut want: Vec<(String, Option<char>)> = vec![("leaf".into(), None)];
+        want.extend((13..=20).rev().map(|n| (format!("plain{n}"), None)));
+        for n in (1..=12u64).rev() {
+            let letter = (n <= 6).then(|| if (low >> (n - 1)) & 1 == 1 { 'b' } else { 'a' });
+            want.push((format!("fork{n}"), letter.or(Some('?'))));
+        }
+        want.push(("worker".into(), None));
+        want.push(("main".into(), None));
+        assert!(names.len() >= want.len(), "{names:?}");
+        for (k, (w, letter)) in want.iter().enumerate() {
+            let got = &names[k];
+            let ok = match letter {
+                None => got == w,
+                Some('?') => *got == format!("{w}a") || *got == format!("{w}b"),
+                Some(c) => *got == format!("{w}{c}"),
+            };
+            assert!(ok, "frame {k}: want {w}{letter:?}, got {names:?}");
+        }
+        checked += 1;
+    }
+    assert_eq!(checked, 8192, "one leaf allocation per pair");
+    assert_eq!(leaf_stacks.len(), 4096, "one stack per call path");
+}

@@ -26,7 +26,7 @@
 //!  19..0  check bits of the key (guards against a torn key/value pair)
 //! ```
 
-use core::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 
 const SLOTS: usize = 1 << 15;
 
@@ -104,6 +104,13 @@ pub fn init() {
         return;
     }
     FIND_OBJECT.store(f, Ordering::Release);
+    // SAFETY: getenv with a valid NUL-terminated name; the value is only
+    // compared, while no other thread of ours changes the environment.
+    let verify = unsafe {
+        let v = libc::getenv(c"TRACER_UNWIND_VERIFY".as_ptr());
+        !v.is_null() && core::ffi::CStr::from_ptr(v).to_bytes() == b"1"
+    };
+    VERIFY.store(verify, Ordering::Relaxed);
     let table: Box<[Entry]> = (0..SLOTS)
         .map(|_| Entry {
             key: AtomicU64::new(0),
@@ -135,11 +142,6 @@ fn lookup(table: *const Entry, ip: u64) -> u64 {
     e.key.store(ip, Ordering::Release);
     v
 }
-
-/// The encoded body (without check bits) of the rule of a function that
-/// keeps the frame-pointer convention: CFA = rbp + 16, caller's rbp saved at
-/// CFA - 16. Such a frame is unwound exactly like a frame-pointer walk.
-const FP_FRAME: u64 = (KIND_FRAME << 62) | (1 << 61) | (1 << 60) | (16 << 36) | (0xfff0 << 20);
 
 /// glibc's `struct dl_find_object` (2.35+).
 #[repr(C)]
@@ -253,46 +255,287 @@ pub(crate) fn compute(ip: u64) -> Rule {
 /// Unwinds from the first frame outside the tracer: `ip` its return address,
 /// `rsp`/`rbp` the registers as that frame will see them. `None` when a frame
 /// cannot be expressed in the cached form (use libgcc's unwinder instead).
+///
+/// Same frames as [`capture_reference`] (a test proves it over real stacks,
+/// and `TRACER_UNWIND_VERIFY=1` checks every capture of a traced program);
+/// the difference is where a frame's rule comes from: the thread's memo of
+/// the previous capture when the return address at that depth is the same,
+/// the global table otherwise.
 #[inline]
-pub fn capture(
+pub fn capture(buf: &mut [u64], ip: u64, rsp: u64, rbp: u64, lo: u64, hi: u64) -> Option<usize> {
+    let table = TABLE.load(Ordering::Acquire);
+    if table.is_null() {
+        return None;
+    }
+    let got = if hi >= lo && hi - lo >= 8 {
+        MEMO.try_with(|m| {
+            // SAFETY: the memo is only touched by its own thread, here, and
+            // no reference to it escapes this closure; a capture never nests
+            // inside another on the same thread (the hooks' reentrancy guard).
+            let memo = unsafe { &mut *m.get() };
+            walk_memo(memo, buf, ip, rsp, rbp, lo, hi, |ip| lookup(table, ip))
+        })
+        .ok()
+    } else {
+        None
+    };
+    let got = match got {
+        Some(g) => g,
+        None => walk_table(table, buf, ip, rsp, rbp, lo, hi),
+    };
+    if VERIFY.load(Ordering::Relaxed) {
+        verify(table, buf, got, ip, rsp, rbp, lo, hi);
+    }
+    got
+}
+
+/// Frames of the previous capture a thread remembers (deeper ones always go
+/// to the global table).
+const MEMO_FRAMES: usize = 64;
+
+/// One thread's memo: frame `k` of its previous capture, as its return
+/// address and that address's rule. A rule depends on the address alone while
+/// the code at it stays loaded, so `entries[k]` is what the global table
+/// would answer for `entries[k].ra`; `generation` discards the whole memo
+/// when code was unloaded since (see [`invalidate`]).
+struct Memo {
+    generation: u64,
+    entries: [Slot; MEMO_FRAMES],
+}
+
+thread_local! {
+    // `const`-initialised, no destructor: static TLS, never allocates, usable
+    // while the thread is torn down (as everything in `tls.rs`).
+    static MEMO: core::cell::UnsafeCell<Memo> = const {
+        core::cell::UnsafeCell::new(Memo { generation: 0, entries: [EMPTY_SLOT; MEMO_FRAMES] })
+    };
+}
+
+/// Bumped whenever cached rules may have become stale (code unloaded).
+static GENERATION: AtomicU64 = AtomicU64::new(1);
+
+/// Set from `TRACER_UNWIND_VERIFY=1` at init: every capture is repeated
+/// without the memo and any difference is reported on stderr.
+static VERIFY: AtomicBool = AtomicBool::new(false);
+static MISMATCHES: AtomicU64 = AtomicU64::new(0);
+static VERIFIED: AtomicU64 = AtomicU64::new(0);
+
+/// Code was unloaded (`dlclose` returned): an address may later belong to
+/// other code with other rules, so every cached rule goes, the global table's
+/// and the threads' memos (each notices the new generation at its next
+/// capture). Threads capturing meanwhile only look up addresses of code on
+/// their own stacks, which is still loaded.
+pub fn invalidate() {
+    GENERATION.fetch_add(1, Ordering::AcqRel);
+    let table = TABLE.load(Ordering::Acquire);
+    if table.is_null() {
+        return;
+    }
+    for i in 0..SLOTS {
+        // SAFETY: `table` points to SLOTS live entries (leaked, never freed).
+        let e = unsafe { &*table.add(i) };
+        e.key.store(0, Ordering::Release);
+        e.val.store(0, Ordering::Release);
+    }
+}
+
+/// Whether the 8-byte word at `a` lies inside `[lo, hi)` and is aligned.
+#[inline(always)]
+fn readable(a: u64, lo: u64, hi: u64) -> bool {
+    a >= lo && a.checked_add(8).is_some_and(|e| e <= hi) && a.is_multiple_of(8)
+}
+
+/// A rule unpacked for [`apply`]: no decoding on the hot path. `ra` is the
+/// return address the rule belongs to (the memo's key).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Slot {
+    ra: u64,
+    /// Added to the CFA register.
+    cfa_off: u32,
+    /// Where the caller's `rbp` is, from the CFA; -8 (the return address's
+    /// own slot, read and discarded) when it was not saved.
+    rbp_off: i16,
+    flags: u8,
+}
+
+const S_CFA_RBP: u8 = 1;
+const S_RBP_SAVED: u8 = 2;
+/// The outermost frame: the walk ends after it.
+const S_END: u8 = 4;
+/// Not representable: the whole capture goes to libgcc.
+const S_COMPLEX: u8 = 8;
+
+/// What an empty memo slot holds: address 0 and its rule (`compute(0)` finds
+/// no object: the outermost frame), so a slot that was never filled can be
+/// used like any other.
+const EMPTY_SLOT: Slot = Slot {
+    ra: 0,
+    cfa_off: 0,
+    rbp_off: -8,
+    flags: S_END,
+};
+
+/// Unpacks the encoded rule `v` of return address `ra` (check bits already
+/// verified by [`lookup`]).
+#[inline(always)]
+fn slot_of(ra: u64, v: u64) -> Slot {
+    match v >> 62 {
+        KIND_FRAME => {
+            let saved = v & (1 << 60) != 0;
+            Slot {
+                ra,
+                cfa_off: ((v >> 36) & 0xff_ffff) as u32,
+                rbp_off: if saved { (v >> 20) as u16 as i16 } else { -8 },
+                flags: if v & (1 << 61) != 0 { S_CFA_RBP } else { 0 }
+                    | if saved { S_RBP_SAVED } else { 0 },
+            }
+        }
+        KIND_END => Slot {
+            flags: S_END,
+            ..EMPTY_SLOT
+        },
+        _ => Slot {
+            flags: S_COMPLEX,
+            ..EMPTY_SLOT
+        },
+    }
+}
+
+/// Applies a frame's rule to the registers: the caller's return address,
+/// `rsp` and `rbp`, or `None` where the walk ends (a word outside the stack
+/// or unaligned, a CFA not above `rsp`), exactly where the reference walk
+/// ends.
+///
+/// `span8` is `hi - lo - 8`: `a - lo <= span8` (wrapping) is `lo <= a &&
+/// a + 8 <= hi` in one comparison. Both words are read whatever the rule
+/// (an unsaved `rbp` reads the return address's slot again and keeps the
+/// old value), so the loads do not wait on a branch.
+#[inline(always)]
+fn apply(s: Slot, rsp: u64, rbp: u64, lo: u64, span8: u64) -> Option<(u64, u64, u64)> {
+    let base = if s.flags & S_CFA_RBP != 0 { rbp } else { rsp };
+    let cfa = base.wrapping_add(s.cfa_off as u64);
+    let ra_at = cfa.wrapping_sub(8);
+    let rbp_at = cfa.wrapping_add(s.rbp_off as i64 as u64);
+    if ra_at.wrapping_sub(lo) > span8
+        || rbp_at.wrapping_sub(lo) > span8
+        || (cfa | rbp_at) & 7 != 0
+        || cfa <= rsp
+    {
+        return None;
+    }
+    // SAFETY: both words checked above to lie inside this thread's stack.
+    let (ra, word) = unsafe { (*(ra_at as *const u64), *(rbp_at as *const u64)) };
+    Some((
+        ra,
+        cfa,
+        if s.flags & S_RBP_SAVED != 0 {
+            word
+        } else {
+            rbp
+        },
+    ))
+}
+
+/// The walk: frame `k < MEMO_FRAMES` takes its rule from the memo when the
+/// return address is the one remembered there, from `lookup` (and into the
+/// memo) otherwise; deeper frames from `lookup` alone.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn walk_memo(
+    memo: &mut Memo,
     buf: &mut [u64],
     mut ip: u64,
     mut rsp: u64,
     mut rbp: u64,
     lo: u64,
     hi: u64,
+    mut lookup: impl FnMut(u64) -> u64,
 ) -> Option<usize> {
-    let table = TABLE.load(Ordering::Acquire);
-    if table.is_null() {
-        return None;
+    let generation = GENERATION.load(Ordering::Acquire);
+    if memo.generation != generation {
+        memo.entries = [EMPTY_SLOT; MEMO_FRAMES];
+        memo.generation = generation;
     }
-    let readable =
-        |a: u64| a >= lo && a.checked_add(8).is_some_and(|e| e <= hi) && a.is_multiple_of(8);
+    let span8 = hi - lo - 8;
+    let head = buf.len().min(MEMO_FRAMES);
+    let mut n = 0;
+    while n < buf.len() {
+        buf[n] = ip;
+        let s = if n < head {
+            let e = &mut memo.entries[n];
+            if e.ra != ip {
+                *e = slot_of(ip, lookup(ip));
+            }
+            *e
+        } else {
+            slot_of(ip, lookup(ip))
+        };
+        n += 1;
+        if s.flags >= S_END {
+            if s.flags & S_END != 0 {
+                break;
+            }
+            return None;
+        }
+        let Some((ra, cfa, saved)) = apply(s, rsp, rbp, lo, span8) else {
+            break;
+        };
+        rbp = saved;
+        rsp = cfa;
+        if ra == 0 {
+            break;
+        }
+        ip = ra;
+    }
+    Some(n)
+}
+
+/// The walk with every rule from the global table (no memo): used where the
+/// thread's memo is unavailable, and as the reference of `TRACER_UNWIND_VERIFY`.
+fn walk_table(
+    table: *const Entry,
+    buf: &mut [u64],
+    ip: u64,
+    rsp: u64,
+    rbp: u64,
+    lo: u64,
+    hi: u64,
+) -> Option<usize> {
+    walk_rules(buf, ip, rsp, rbp, lo, hi, |ip| {
+        let v = lookup(table, ip);
+        decode(ip, v)
+    })
+}
+
+/// The reference walk: every frame's rule computed afresh from the unwind
+/// tables, no cache of any kind, one plain rule evaluation per frame. What
+/// [`capture`] must equal (its tests compare them).
+#[cfg(test)]
+pub fn capture_reference(
+    buf: &mut [u64],
+    ip: u64,
+    rsp: u64,
+    rbp: u64,
+    lo: u64,
+    hi: u64,
+) -> Option<usize> {
+    walk_rules(buf, ip, rsp, rbp, lo, hi, |ip| Some(compute(ip)))
+}
+
+fn walk_rules(
+    buf: &mut [u64],
+    mut ip: u64,
+    mut rsp: u64,
+    mut rbp: u64,
+    lo: u64,
+    hi: u64,
+    mut rule_of: impl FnMut(u64) -> Option<Rule>,
+) -> Option<usize> {
     let mut n = 0;
     while n < buf.len() {
         buf[n] = ip;
         n += 1;
-        let v = lookup(table, ip);
-        if v == FP_FRAME | check_bits(ip) {
-            // The common case, written so that the loads below depend on
-            // `rbp` alone and not on the cached rule: the processor runs
-            // ahead along the (predicted) branch, overlapping the next
-            // frame's table lookup with this frame's reads.
-            let cfa = rbp.wrapping_add(16);
-            if !readable(rbp.wrapping_add(8)) || cfa <= rsp || !readable(rbp) {
-                break;
-            }
-            // SAFETY: both words checked to lie inside this thread's stack.
-            let (ra, saved) = unsafe { (*((rbp + 8) as *const u64), *(rbp as *const u64)) };
-            rbp = saved;
-            rsp = cfa;
-            if ra == 0 {
-                break;
-            }
-            ip = ra;
-            continue;
-        }
-        let (cfa_rbp, cfa_off, rbp_off) = match decode(ip, v) {
+        let (cfa_rbp, cfa_off, rbp_off) = match rule_of(ip) {
             Some(Rule::Frame {
                 cfa_rbp,
                 cfa_off,
@@ -302,14 +545,14 @@ pub fn capture(
             Some(Rule::Complex) | None => return None,
         };
         let cfa = if cfa_rbp { rbp } else { rsp }.wrapping_add(cfa_off as u64);
-        if !readable(cfa.wrapping_sub(8)) || cfa <= rsp {
+        if !readable(cfa.wrapping_sub(8), lo, hi) || cfa <= rsp {
             break;
         }
         // SAFETY: checked to lie inside this thread's stack.
         let ra = unsafe { *(cfa.wrapping_sub(8) as *const u64) };
         if let Some(off) = rbp_off {
             let at = cfa.wrapping_add(off as i64 as u64);
-            if !readable(at) {
+            if !readable(at, lo, hi) {
                 break;
             }
             // SAFETY: checked to lie inside this thread's stack.
@@ -322,6 +565,50 @@ pub fn capture(
         ip = ra;
     }
     Some(n)
+}
+
+/// `TRACER_UNWIND_VERIFY`: repeats the capture through the table alone and
+/// reports the first differences on stderr (whatever `TRACER_QUIET` says: it
+/// is a test mode), and one line when the first 1000 captures all agreed.
+#[allow(clippy::too_many_arguments)]
+#[cold]
+fn verify(
+    table: *const Entry,
+    buf: &[u64],
+    got: Option<usize>,
+    ip: u64,
+    rsp: u64,
+    rbp: u64,
+    lo: u64,
+    hi: u64,
+) {
+    let mut again = [0u64; crate::config::MAX_DEPTH];
+    let len = buf.len().min(again.len());
+    let want = walk_table(table, &mut again[..len], ip, rsp, rbp, lo, hi);
+    let same = match (got, want) {
+        (Some(a), Some(b)) => a == b && buf[..a] == again[..b],
+        (None, None) => true,
+        _ => false,
+    };
+    if same {
+        // One line once the check has seen enough captures, so that a test
+        // knows the mode was on and found nothing.
+        if VERIFIED.fetch_add(1, Ordering::Relaxed) + 1 == 1000
+            && MISMATCHES.load(Ordering::Relaxed) == 0
+        {
+            crate::sys::stderr_line("unwind verify: 1000 captures identical");
+        }
+    } else if MISMATCHES.fetch_add(1, Ordering::Relaxed) < 10 {
+        let show = |n: Option<usize>, f: &[u64]| match n {
+            Some(n) => format!("{:x?}", &f[..n]),
+            None => "none".to_string(),
+        };
+        crate::sys::stderr_line(&format!(
+            "unwind mismatch: memo {} table {}",
+            show(got, buf),
+            show(want, &again)
+        ));
+    }
 }
 
 #[cfg(test)]
@@ -360,40 +647,301 @@ mod tests {
     }
 
     #[test]
-    fn the_frame_pointer_rule_has_the_fast_path_encoding() {
-        let ip = 0x5555_1234_5678;
-        let fp = Rule::Frame {
-            cfa_rbp: true,
-            cfa_off: 16,
-            rbp_off: Some(-16),
-        };
-        assert_eq!(encode(ip, fp), FP_FRAME | check_bits(ip));
-        for other in [
-            Rule::Frame {
-                cfa_rbp: false,
-                cfa_off: 16,
-                rbp_off: Some(-16),
-            },
-            Rule::Frame {
-                cfa_rbp: true,
-                cfa_off: 24,
-                rbp_off: Some(-16),
-            },
-            Rule::Frame {
-                cfa_rbp: true,
-                cfa_off: 16,
-                rbp_off: None,
-            },
-        ] {
-            assert_ne!(encode(ip, other), FP_FRAME | check_bits(ip));
-        }
-    }
-
-    #[test]
     fn a_value_stored_for_another_address_is_rejected() {
         let v = encode(0x401000, Rule::End);
         assert_eq!(decode(0x401000, v), Some(Rule::End));
         assert_eq!(decode(0x401001, v), None);
         assert_eq!(decode(0x401000, 0), None);
+    }
+
+    /// Synthetic stacks: random words, random rules (both CFA registers,
+    /// offsets that land inside, outside and unaligned), random start
+    /// registers, and addresses repeating between walks so the memo hits:
+    /// the memoized walk gives exactly the reference walk's frames.
+    #[test]
+    fn memo_walk_equals_reference_walk_on_random_stacks() {
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut rand = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        const WORDS: usize = 96;
+        let rule_of = |ip: u64| -> Rule {
+            // A fixed rule per address (as for real code), mostly frames.
+            let h = ip.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 40;
+            match h % 32 {
+                0 => Rule::End,
+                1 => Rule::Complex,
+                k => Rule::Frame {
+                    cfa_rbp: k < 6,
+                    cfa_off: [8, 16, 24, 32, 40, 48, 16, 24, 8, 16, 12, 0, 800, 16, 8, 24]
+                        [(h >> 8) as usize % 16],
+                    rbp_off: match (h >> 12) % 5 {
+                        0 => None,
+                        1 => Some(-16),
+                        2 => Some(-24),
+                        3 => Some(8),
+                        _ => Some(-4),
+                    },
+                },
+            }
+        };
+        let mut memo = Memo {
+            generation: 0,
+            entries: [EMPTY_SLOT; MEMO_FRAMES],
+        };
+        let mut compared = 0;
+        let mut long = 0;
+        for round in 0..4000 {
+            // Written and read through one raw pointer only (the walks read
+            // it as memory, not as a Rust array).
+            let mut stack = vec![0u64; WORDS];
+            let base = stack.as_mut_ptr();
+            let lo = base as u64;
+            let hi = lo + 8 * WORDS as u64;
+            for k in 0..WORDS {
+                // Return addresses from a small set (so they repeat), and
+                // word values that point back into the stack now and then.
+                let w = match rand() % 8 {
+                    0 => lo + 8 * (rand() % (WORDS as u64 + 4)),
+                    _ => 0x40_0000 + 16 * (rand() % 24),
+                };
+                // SAFETY: k < WORDS, inside the vector.
+                unsafe { base.add(k).write(w) };
+            }
+            if round % 10 == 0 {
+                // SAFETY: inside the vector.
+                unsafe { base.add((rand() % WORDS as u64) as usize).write(0) };
+            }
+            let ip = 0x40_0000 + 16 * (rand() % 24);
+            let rsp = lo + 8 * (rand() % 8) + if round % 7 == 0 { 4 } else { 0 };
+            let rbp = lo + 8 * (rand() % WORDS as u64);
+            let depth = [64, 5, 100, 1][round % 4];
+            let mut a = [0u64; 100];
+            let mut b = [0u64; 100];
+            let got = walk_memo(&mut memo, &mut a[..depth], ip, rsp, rbp, lo, hi, |ip| {
+                encode(ip, rule_of(ip))
+            });
+            let want = walk_rules(&mut b[..depth], ip, rsp, rbp, lo, hi, |ip| {
+                Some(rule_of(ip))
+            });
+            drop(stack);
+            assert_eq!(got, want, "round {round}");
+            if let Some(n) = got {
+                assert_eq!(a[..n], b[..n], "round {round}");
+                long += (n >= 4) as u32;
+            }
+            compared += 1;
+        }
+        assert_eq!(compared, 4000);
+        // Many stacks were walked for several frames (the memo hits), not
+        // cut at the first one.
+        assert!(long > 400, "{long} walks of 4 frames or more");
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    mod real {
+        use super::super::*;
+        use std::hint::black_box;
+
+        // Stores, for its caller: the return address into it, its `rsp` once
+        // this returns, and its `rbp`: the state `capture` starts from.
+        core::arch::global_asm!(
+            ".globl tracer_cfi_test_registers",
+            ".type tracer_cfi_test_registers,@function",
+            "tracer_cfi_test_registers:",
+            ".cfi_startproc",
+            "mov rax, [rsp]",
+            "mov [rdi], rax",
+            "lea rax, [rsp + 8]",
+            "mov [rdi + 8], rax",
+            "mov [rdi + 16], rbp",
+            "ret",
+            ".cfi_endproc",
+            ".size tracer_cfi_test_registers, .-tracer_cfi_test_registers",
+        );
+        extern "C" {
+            fn tracer_cfi_test_registers(out: *mut [u64; 3]);
+        }
+
+        struct Out {
+            depth: usize,
+            memo: Vec<u64>,
+            memo_n: Option<usize>,
+            reference: Vec<u64>,
+            reference_n: Option<usize>,
+        }
+
+        fn bounds() -> (u64, u64) {
+            // SAFETY: as in unwind::bounds: attr initialised before use and
+            // destroyed after; out-pointers are valid locals.
+            unsafe {
+                let mut attr: libc::pthread_attr_t = core::mem::zeroed();
+                assert_eq!(libc::pthread_getattr_np(libc::pthread_self(), &mut attr), 0);
+                let mut addr: *mut libc::c_void = core::ptr::null_mut();
+                let mut size: libc::size_t = 0;
+                assert_eq!(libc::pthread_attr_getstack(&attr, &mut addr, &mut size), 0);
+                libc::pthread_attr_destroy(&mut attr);
+                (addr as u64, addr as u64 + size as u64)
+            }
+        }
+
+        #[inline(never)]
+        fn bottom(out: &mut Out) -> u64 {
+            let mut regs = [0u64; 3];
+            // SAFETY: writes three words into `regs`.
+            unsafe { tracer_cfi_test_registers(&mut regs) };
+            let [ip, rsp, rbp] = regs;
+            let (lo, hi) = bounds();
+            out.memo = vec![0; out.depth];
+            out.reference = vec![0; out.depth];
+            out.memo_n = capture(&mut out.memo, ip, rsp, rbp, lo, hi);
+            out.reference_n = capture_reference(&mut out.reference, ip, rsp, rbp, lo, hi);
+            black_box(ip)
+        }
+
+        // Two trampolines without frame pointers, of different frame sizes
+        // (CFA = rsp + 16 and rsp + 48), the second saving `rbp` at CFA-16
+        // and clobbering it: wrong rules for them derail the walk, unlike
+        // Rust's frame-pointer functions, which all share one rule.
+        core::arch::global_asm!(
+            ".globl tracer_cfi_test_tramp_small",
+            ".type tracer_cfi_test_tramp_small,@function",
+            "tracer_cfi_test_tramp_small:",
+            ".cfi_startproc",
+            "sub rsp, 8",
+            ".cfi_adjust_cfa_offset 8",
+            "call rsi",
+            "add rsp, 8",
+            ".cfi_adjust_cfa_offset -8",
+            "ret",
+            ".cfi_endproc",
+            ".size tracer_cfi_test_tramp_small, .-tracer_cfi_test_tramp_small",
+            ".globl tracer_cfi_test_tramp_big",
+            ".type tracer_cfi_test_tramp_big,@function",
+            "tracer_cfi_test_tramp_big:",
+            ".cfi_startproc",
+            "push rbp",
+            ".cfi_adjust_cfa_offset 8",
+            ".cfi_offset rbp, -16",
+            "sub rsp, 32",
+            ".cfi_adjust_cfa_offset 32",
+            "mov rbp, 0x1238",
+            "call rsi",
+            "add rsp, 32",
+            ".cfi_adjust_cfa_offset -32",
+            "pop rbp",
+            ".cfi_adjust_cfa_offset -8",
+            ".cfi_restore rbp",
+            "ret",
+            ".cfi_endproc",
+            ".size tracer_cfi_test_tramp_big, .-tracer_cfi_test_tramp_big",
+        );
+
+        struct Ctx<'a> {
+            level: u32,
+            i: u32,
+            out: &'a mut Out,
+            ret: u64,
+        }
+        type Callee = extern "C" fn(*mut libc::c_void);
+        extern "C" {
+            fn tracer_cfi_test_tramp_small(ctx: *mut libc::c_void, f: Callee);
+            fn tracer_cfi_test_tramp_big(ctx: *mut libc::c_void, f: Callee);
+        }
+
+        fn next(level: u32, i: u32, out: &mut Out) -> u64 {
+            if level == 0 {
+                return bottom(out);
+            }
+            let mut ctx = Ctx {
+                level: level - 1,
+                i,
+                out,
+                ret: 0,
+            };
+            // SAFETY: the trampolines call `f(ctx)` and return; `ctx` lives
+            // across the call.
+            unsafe {
+                let p = (&mut ctx as *mut Ctx<'_>).cast();
+                if (i >> (level - 1)) & 1 == 1 {
+                    tracer_cfi_test_tramp_big(p, fork_b);
+                } else {
+                    tracer_cfi_test_tramp_small(p, fork_a);
+                }
+            }
+            ctx.ret
+        }
+
+        #[inline(never)]
+        extern "C" fn fork_a(ctx: *mut libc::c_void) {
+            // SAFETY: `next` passes a live, exclusive Ctx.
+            let ctx = unsafe { &mut *ctx.cast::<Ctx<'_>>() };
+            let r = next(ctx.level, ctx.i, black_box(&mut *ctx.out));
+            ctx.ret = black_box(r) + 1;
+        }
+
+        #[inline(never)]
+        extern "C" fn fork_b(ctx: *mut libc::c_void) {
+            // A frame of another size, so the CFA offsets differ.
+            let mut pad = [0u8; 72];
+            black_box(&mut pad);
+            // SAFETY: `next` passes a live, exclusive Ctx.
+            let ctx = unsafe { &mut *ctx.cast::<Ctx<'_>>() };
+            let r = next(ctx.level, ctx.i, black_box(&mut *ctx.out));
+            ctx.ret = black_box(r) + pad[5] as u64;
+        }
+
+        /// Real stacks (this binary's code and std's, with and without
+        /// frame pointers): for 2^6 call paths visited in a scrambled order,
+        /// the memoized capture equals the uncached reference, frame for
+        /// frame; the same path always gives the same stack and different
+        /// paths different ones; invalidating in the middle changes nothing.
+        #[test]
+        fn memo_capture_equals_reference_on_real_stacks() {
+            init();
+            assert!(!TABLE.load(Ordering::Acquire).is_null());
+            const LEVELS: u32 = 6;
+            let mut by_path: Vec<Option<Vec<u64>>> = vec![None; 1 << LEVELS];
+            for k in 0..600u32 {
+                if k == 300 {
+                    invalidate();
+                }
+                let i = k.wrapping_mul(2_654_435_761) >> 7;
+                let path = (i & ((1 << LEVELS) - 1)) as usize;
+                let mut out = Out {
+                    depth: if k % 5 == 0 { 7 } else { 64 },
+                    memo: Vec::new(),
+                    memo_n: None,
+                    reference: Vec::new(),
+                    reference_n: None,
+                };
+                black_box(next(LEVELS, i, &mut out));
+                assert_eq!(out.memo_n, out.reference_n, "capture {k}");
+                let n = out.memo_n.expect("these stacks have simple rules");
+                assert_eq!(out.memo[..n], out.reference[..n], "capture {k}");
+                if out.depth == 7 {
+                    assert_eq!(n, 7);
+                    continue;
+                }
+                // bottom, six forks and six trampolines (and `next` where
+                // not inlined), this test, then the harness's frames.
+                assert!(n > 1 + 2 * LEVELS as usize + 1, "{n} frames");
+                let frames = out.memo[..n].to_vec();
+                match &by_path[path] {
+                    Some(f) => assert_eq!(*f, frames, "path {path:06b}"),
+                    None => by_path[path] = Some(frames),
+                }
+            }
+            let seen: Vec<&Vec<u64>> = by_path.iter().flatten().collect();
+            assert_eq!(seen.len(), 1 << LEVELS);
+            for (a, x) in seen.iter().enumerate() {
+                for y in &seen[a + 1..] {
+                    assert_ne!(x, y);
+                }
+            }
+        }
     }
 }

@@ -278,7 +278,7 @@ pub unsafe fn assert_fail(
 // ---------------------------------------------------------------- dlclose
 
 /// Before glibc's `dlclose` may unmap an object, the writer symbolizes the
-/// addresses seen inside it.
+/// addresses seen inside it; afterwards the cached unwind rules are dropped.
 pub unsafe fn dlclose(handle: *mut c_void) -> c_int {
     if !handle.is_null() && !tls::inside() {
         let path = {
@@ -310,7 +310,12 @@ pub unsafe fn dlclose(handle: *mut c_void) -> c_int {
     if real.is_null() {
         return -1;
     }
-    core::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> c_int>(real)(handle)
+    let rc = core::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> c_int>(real)(
+        handle,
+    );
+    // The object's code may be gone: its addresses' cached unwind rules too.
+    crate::cfi::invalidate();
+    rc
 }
 
 // ---------------------------------------------------------------- exec
