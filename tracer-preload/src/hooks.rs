@@ -119,6 +119,13 @@ pub unsafe fn pvalloc(size: size_t) -> *mut c_void {
     p
 }
 
+pub unsafe fn mallopt(param: c_int, value: c_int) -> c_int {
+    if param == libc::M_MMAP_THRESHOLD && (value as i64) < crate::scan::EXACT_FROM as i64 {
+        crate::scan::set_exact_sizes();
+    }
+    sys::__libc_mallopt(param, value)
+}
+
 pub unsafe fn marker(name: *const c_char) {
     if name.is_null() {
         return;

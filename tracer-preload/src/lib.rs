@@ -120,6 +120,13 @@ pub unsafe extern "C" fn pvalloc(size: size_t) -> *mut c_void {
     hooks::pvalloc(size)
 }
 
+/// Forwarded to glibc; a lowered `mmap` threshold makes the leak scan's
+/// table keep every block's exact size (see `scan::Live`).
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn mallopt(param: c_int, value: c_int) -> c_int {
+    hooks::mallopt(param, value)
+}
+
 /// Puts a named marker into the trace.
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn tracer_marker(name: *const c_char) {

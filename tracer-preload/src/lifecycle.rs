@@ -344,6 +344,12 @@ pub fn constructor() {
     // With only syscall capture requested no allocation is recorded, so there
     // are no live blocks to classify: the scan would be pure cost at exit.
     crate::scan::set_enabled(cfg.leak_scan && cfg.allocations());
+    if crate::scan::env_lowers_mmap_threshold(
+        std::env::var_os("MALLOC_MMAP_THRESHOLD_").as_deref(),
+        std::env::var_os("GLIBC_TUNABLES").as_deref(),
+    ) {
+        crate::scan::set_exact_sizes();
+    }
     CONFIG.store(Box::into_raw(Box::new(cfg)), Ordering::Release);
     // SAFETY: the handlers are plain functions that stay valid for the life of
     // the process; registering them has no other precondition.

@@ -186,31 +186,97 @@ pub fn take_request() -> Option<ExitPoint> {
 /// The blocks live in the stream written so far (writer thread only).
 ///
 /// A page table over the address space: each 64 KiB of addresses that
-/// ever held a block has a leaf of 4,096 bytes, one per 16-byte granule,
-/// holding `size + 1` for a block that starts there (0: none). Every glibc
-/// block is 16-aligned and the heap is dense, so this is 1 byte per 16
-/// bytes of heap whatever the number of blocks (python3 building a 300k
-/// dict: ~2 MiB, where a table of 8-byte entries at 3/4 load took 8), and
-/// an event is an index into the leaf it shares with its neighbours (no
-/// probing, no hashing but one cached look-up per 64 KiB). A size of
-/// 254 or more (rare: most blocks are small) keeps [`BIG`] in its granule
-/// and the size in `other`;
-/// an address that is not 16-aligned lives in `other` alone. (A
-/// `HashMap<u64, u64>` with SipHash cost ~0.3 s and ~18 MiB there.)
+/// ever held a block has a leaf of 2,048 bytes, one per 32-byte pair of
+/// 16-byte granules. glibc's chunks are at least 32 bytes, so a pair holds
+/// at most one block start; its byte says which granule and keeps the low 6
+/// bits of the requested size. The rest of the size is recovered at exit
+/// from the chunk header glibc keeps before every block ([`resolve_sizes`]):
+/// for a chunk that is not `mmap`ed, the usable size exceeds the request by
+/// 0 to 40 bytes (alignment, the 32-byte minimum, and the split remainders
+/// of `realloc` and `memalign` that are too small to give back), a window
+/// narrower than 64. So the table is 1 byte per 32 bytes of heap, whatever
+/// the number of blocks (python3 building a 300k dict: ~1 MiB; the
+/// previous byte per granule took 2, an 8-byte entry per block 8), and an
+/// event is an index into the leaf it shares with its neighbours (one
+/// cached look-up per 64 KiB).
+///
+/// Sizes are kept exactly in `big` for every block that may be an `mmap`ed
+/// chunk, whose header does not pin the request: blocks of [`EXACT_FROM`]
+/// bytes or more (below glibc's smallest default `mmap` threshold),
+/// page-aligned blocks, `realloc`s of such a block, and every block once the
+/// program may have lowered that threshold ([`set_exact_sizes`]). (One case
+/// is left: glibc `mmap`s a small chunk when it cannot create an arena;
+/// the size read back is then the low bits alone.) `spill` holds,
+/// with their exact size, addresses that are not 16-aligned and a second
+/// start in an occupied pair: neither happens with glibc's blocks, but the
+/// table stays exact for any stream.
 #[derive(Default)]
 pub struct Live {
+    /// Boxed: growing the list moves pointers, not leaves (no second copy
+    /// of the table at the peak), and each leaf is freed once read.
+    #[allow(clippy::vec_box)]
     leaves: Vec<Box<[u8; LEAF]>>,
     /// Leaf index by `address >> 16`.
     index: HashMap<u64, u32, BuildMix>,
     /// The last leaf used: (`address >> 16`, index).
     last: Option<(u64, u32)>,
-    other: HashMap<u64, u64>,
+    big: HashMap<u64, u64>,
+    spill: HashMap<u64, u64>,
 }
 
-/// Granules of one leaf (64 KiB of addresses).
-const LEAF: usize = 4096;
-/// Granule value of a block whose size is in `Live::other`.
-const BIG: u8 = u8::MAX;
+/// Pairs of one leaf (64 KiB of addresses).
+const LEAF: usize = 2048;
+/// Pair codes per granule: the low 6 bits of the size, or [`CODE_BIG`].
+const CODES: u8 = 65;
+/// Pair code of a block whose size is in `Live::big`.
+const CODE_BIG: u8 = 64;
+/// Blocks this large keep their exact size (glibc's `mmap` threshold is
+/// 128 KiB or more unless the program sets it).
+pub const EXACT_FROM: u64 = 64 * 1024;
+
+static EXACT: AtomicBool = AtomicBool::new(false);
+
+/// Every block keeps its exact size from now on: the program may make
+/// `mmap`ed chunks of any size (`mallopt(M_MMAP_THRESHOLD)` below
+/// [`EXACT_FROM`], `MALLOC_MMAP_THRESHOLD_`, the `glibc.malloc.mmap_threshold`
+/// tunable), whose headers do not pin the requested size.
+pub fn set_exact_sizes() {
+    EXACT.store(true, Ordering::SeqCst);
+}
+
+/// Whether the environment lets glibc `mmap` chunks below [`EXACT_FROM`].
+pub fn env_lowers_mmap_threshold(
+    mmap_threshold: Option<&std::ffi::OsStr>,
+    tunables: Option<&std::ffi::OsStr>,
+) -> bool {
+    mmap_threshold.is_some()
+        || tunables.is_some_and(|t| t.to_string_lossy().contains("mmap_threshold"))
+}
+
+/// The byte of a pair: 0 for no block, else which granule and the code.
+#[inline]
+fn pair_byte(odd: bool, code: u8) -> u8 {
+    1 + u8::from(odd) * CODES + code
+}
+
+/// (odd granule, code) of a non-zero pair byte.
+#[inline]
+fn pair_decode(b: u8) -> (bool, u8) {
+    let x = b - 1;
+    (x >= CODES, x % CODES)
+}
+
+/// The requested size of a block whose size is `low` modulo 64, from the
+/// chunk header word before it; `None` when the header cannot be a live
+/// chunk that pins it (`mmap`ed, or not a chunk size).
+pub fn size_from_header(low: u64, header: u64) -> Option<u64> {
+    let chunk = header & !7;
+    if header & 2 != 0 || chunk < 32 || !chunk.is_multiple_of(16) {
+        return None;
+    }
+    let usable = chunk - 8;
+    usable.checked_sub(usable.wrapping_sub(low) & 63)
+}
 
 /// A multiplicative hasher for the leaf index (keys are page numbers).
 #[derive(Default, Clone, Copy)]
@@ -242,15 +308,15 @@ impl std::hash::Hasher for Mix {
 }
 
 impl Live {
-    /// The leaf and granule of a 16-aligned address (`create`: make the
-    /// leaf when missing).
+    /// The leaf and pair of a 16-aligned address (`create`: make the leaf
+    /// when missing).
     #[inline]
     fn slot(&mut self, addr: u64, create: bool) -> Option<(usize, usize)> {
         let page = addr >> 16;
-        let granule = ((addr >> 4) as usize) & (LEAF - 1);
+        let pair = ((addr >> 5) as usize) & (LEAF - 1);
         if let Some((p, i)) = self.last {
             if p == page {
-                return Some((i as usize, granule));
+                return Some((i as usize, pair));
             }
         }
         let i = match self.index.get(&page) {
@@ -264,87 +330,166 @@ impl Live {
             None => return None,
         };
         self.last = Some((page, i));
-        Some((i as usize, granule))
+        Some((i as usize, pair))
     }
 
+    #[cfg(test)]
     pub fn alloc(&mut self, addr: u64, size: u64) {
+        self.alloc_with(addr, size, false);
+    }
+
+    /// Whether the live block at `addr` keeps its exact size (then a
+    /// `realloc` of it must too: glibc can shrink an `mmap`ed chunk in
+    /// place, or `mremap` it, to any size).
+    pub fn is_exact(&mut self, addr: u64) -> bool {
+        if addr & 15 != 0 || self.spill.contains_key(&addr) {
+            return true;
+        }
+        match self.slot(addr, false) {
+            Some((leaf, p)) => {
+                let b = self.leaves[leaf][p];
+                b != 0 && pair_decode(b) == (addr & 16 != 0, CODE_BIG)
+            }
+            None => false,
+        }
+    }
+
+    /// Records a block; `exact`: keep its size whole whatever it is.
+    pub fn alloc_with(&mut self, addr: u64, size: u64, exact: bool) {
         if !enabled() {
             return;
         }
         if addr & 15 != 0 {
-            self.other.insert(addr, size);
+            self.spill.insert(addr, size);
             return;
         }
-        let Some((leaf, g)) = self.slot(addr, true) else {
+        if !self.spill.is_empty() {
+            self.spill.remove(&addr);
+        }
+        let Some((leaf, p)) = self.slot(addr, true) else {
             return;
         };
-        let old = self.leaves[leaf][g];
-        let value = if size >= u64::from(BIG - 1) {
-            self.other.insert(addr, size);
-            BIG
-        } else {
-            if old == BIG {
-                self.other.remove(&addr);
+        let odd = addr & 16 != 0;
+        let old = self.leaves[leaf][p];
+        if old != 0 {
+            let (o, code) = pair_decode(old);
+            if o != odd {
+                // The other granule of the pair holds a start.
+                self.spill.insert(addr, size);
+                return;
             }
-            size as u8 + 1
-        };
-        self.leaves[leaf][g] = value;
+            if code == CODE_BIG {
+                self.big.remove(&addr);
+            }
+        }
+        // Page-aligned blocks (`valloc`, `pvalloc`, which records less than
+        // the chunk holds, and `memalign` with an alignment that may `mmap`
+        // a small block) keep their size whole; so do 1 in 256 others.
+        let code =
+            if exact || size >= EXACT_FROM || addr & 0xfff == 0 || EXACT.load(Ordering::Relaxed) {
+                self.big.insert(addr, size);
+                CODE_BIG
+            } else {
+                (size & 63) as u8
+            };
+        self.leaves[leaf][p] = pair_byte(odd, code);
     }
 
     pub fn free(&mut self, addr: u64) {
-        if addr & 15 != 0 {
-            if !self.other.is_empty() {
-                self.other.remove(&addr);
+        if addr & 15 == 0 && !self.leaves.is_empty() {
+            if let Some((leaf, p)) = self.slot(addr, false) {
+                let b = self.leaves[leaf][p];
+                if b != 0 {
+                    let (o, code) = pair_decode(b);
+                    if o == (addr & 16 != 0) {
+                        self.leaves[leaf][p] = 0;
+                        if code == CODE_BIG {
+                            self.big.remove(&addr);
+                        }
+                        return;
+                    }
+                }
             }
-            return;
         }
-        if self.leaves.is_empty() {
-            return;
-        }
-        let Some((leaf, g)) = self.slot(addr, false) else {
-            return;
-        };
-        if std::mem::take(&mut self.leaves[leaf][g]) == BIG {
-            self.other.remove(&addr);
+        if !self.spill.is_empty() {
+            self.spill.remove(&addr);
         }
     }
 
-    /// The blocks sorted by address; the table is emptied and its memory
-    /// given back (it must not be found by the scan). Each leaf is freed
-    /// once read, so the peak is the table plus the result.
-    fn take_sorted(&mut self) -> Vec<(u64, u64)> {
+    /// The blocks sorted by address, with their requested sizes (read from
+    /// the chunk headers through `mem` where the table keeps only the low
+    /// bits); the table is emptied and its memory given back (it must not
+    /// be found by the scan). Each leaf is freed once read, so the peak is
+    /// the table plus the result.
+    fn take_sorted(&mut self, mem: &mut dyn Memory) -> Vec<(u64, u64)> {
         let mut leaves: Vec<Option<Box<[u8; LEAF]>>> = std::mem::take(&mut self.leaves)
             .into_iter()
             .map(Some)
             .collect();
         let index = std::mem::take(&mut self.index);
-        let mut other = std::mem::take(&mut self.other);
+        let mut big = std::mem::take(&mut self.big);
+        let spill = std::mem::take(&mut self.spill);
         self.last = None;
         let mut pages: Vec<(u64, u32)> = index.into_iter().collect();
         pages.sort_unstable();
         let mut v = Vec::new();
+        // Indices into `v` whose size is still the low 6 bits.
+        let mut pending: Vec<u32> = Vec::new();
         for (page, i) in pages {
             let Some(leaf) = leaves.get_mut(i as usize).and_then(Option::take) else {
                 continue;
             };
-            for (g, &cell) in leaf.iter().enumerate() {
-                if cell == 0 {
+            for (p, &b) in leaf.iter().enumerate() {
+                if b == 0 {
                     continue;
                 }
-                let addr = (page << 16) | ((g as u64) << 4);
-                let size = if cell == BIG {
-                    other.remove(&addr).unwrap_or(u64::from(BIG))
+                let (odd, code) = pair_decode(b);
+                let addr = (page << 16) | ((p as u64) << 5) | (u64::from(odd) << 4);
+                if code == CODE_BIG {
+                    v.push((addr, big.remove(&addr).unwrap_or(0)));
                 } else {
-                    u64::from(cell - 1)
-                };
-                v.push((addr, size));
+                    pending.push(v.len() as u32);
+                    v.push((addr, u64::from(code)));
+                }
             }
         }
-        if !other.is_empty() {
-            v.extend(other);
+        resolve_sizes(&mut v, &pending, mem);
+        if !spill.is_empty() || !big.is_empty() {
+            v.extend(spill);
+            v.extend(big);
             v.sort_unstable();
         }
         v
+    }
+}
+
+/// Replaces the low 6 bits held for the blocks `v[pending]` by their
+/// requested sizes, from the chunk headers (8 bytes before each block),
+/// read many at a time. A header that cannot be read or does not pin the
+/// size (a block freed by another thread meanwhile) leaves the low bits.
+fn resolve_sizes(v: &mut [(u64, u64)], pending: &[u32], mem: &mut dyn Memory) {
+    const HEADERS: usize = 512;
+    let mut buf = [0u8; HEADERS * 8];
+    let mut ranges: Vec<(u64, usize)> = Vec::with_capacity(HEADERS);
+    for ids in pending.chunks(HEADERS) {
+        ranges.clear();
+        ranges.extend(ids.iter().map(|&i| (v[i as usize].0.wrapping_sub(8), 8)));
+        let got = mem.read_many(&ranges, &mut buf[..ids.len() * 8]);
+        for (k, &i) in ids.iter().enumerate() {
+            let mut word = [0u8; 8];
+            let header = if (k + 1) * 8 <= got {
+                word.copy_from_slice(&buf[k * 8..k * 8 + 8]);
+                Some(u64::from_le_bytes(word))
+            } else if mem.read(v[i as usize].0.wrapping_sub(8), &mut word) == 8 {
+                Some(u64::from_le_bytes(word))
+            } else {
+                None
+            };
+            let e = &mut v[i as usize];
+            if let Some(size) = header.and_then(|h| size_from_header(e.1, h)) {
+                e.1 = size;
+            }
+        }
     }
 }
 
@@ -1058,8 +1203,6 @@ pub struct Stats {
 /// writer thread, which must be marked as the tracer's own.
 pub fn run(live: &mut Live, at: &ExitPoint) -> (Vec<(u64, LeakKind)>, Stats) {
     let begun = sys::now_ns();
-    let blocks = live.take_sorted();
-    let mut classifier = Classifier::new(&blocks);
     let maps = parse_maps(&std::fs::read_to_string("/proc/self/maps").unwrap_or_default());
     let readable: Vec<(u64, u64)> = maps
         .iter()
@@ -1071,6 +1214,8 @@ pub fn run(live: &mut Live, at: &ExitPoint) -> (Vec<(u64, LeakKind)>, Stats) {
         direct: false,
         readable: &readable,
     };
+    let blocks = live.take_sorted(&mut mem);
+    let mut classifier = Classifier::new(&blocks);
     let (extent, writer_stack) = tcb_extent(&maps);
     let mut excluded = own_writable();
     excluded.extend(classifier.own_ranges());
@@ -1163,13 +1308,17 @@ mod tests {
     }
 
     /// The live table against a `HashMap` model: random allocations
-    /// (clustered addresses sharing leaves, far ones), frees of live
-    /// and unknown addresses, re-allocations of a live address, huge sizes
-    /// and unaligned addresses; the sorted result must match.
+    /// (clustered addresses sharing leaves, both granules of a pair, far
+    /// ones), frees of live and unknown addresses, re-allocations of a live
+    /// address, sizes on both sides of `EXACT_FROM` and unaligned addresses;
+    /// every allocation writes a glibc-like chunk header before its block
+    /// (including the 16 spare bytes `realloc` and `memalign` may leave);
+    /// the sorted result must match.
     #[test]
     fn live_table_matches_a_map_through_growth_and_deletions() {
         set_enabled(true);
         let mut live = Live::default();
+        let mut mem = Fake::default();
         let mut model: HashMap<u64, u64> = HashMap::new();
         let mut x = 0x2545_f491_4f6c_dd1du64;
         let mut next = || {
@@ -1181,19 +1330,22 @@ mod tests {
         for round in 0..200_000u64 {
             let r = next();
             let addr = match r % 16 {
-                0 => 0x7f00_0000_0000 + (r >> 8) % 4096 * 8, // 8-aligned: `other`
+                0 => 0x7f00_0000_0000 + (r >> 8) % 4096 * 8, // 8-aligned: `spill`
                 1 => (1 << 50) | (((r >> 8) % 64) << 4),     // a far leaf
                 _ => 0x5555_0000_0000 + (r >> 8) % 40_000 * 16,
             };
             let size = match (r >> 40) % 50 {
-                0 => (1 << 20) - 1 + (r >> 20) % 3, // BIG and beyond
+                0 => EXACT_FROM - 1 + (r >> 20) % 3, // both sides of the limit
                 1 => 0,
-                _ => (r >> 20) % 600, // both sides of the 254-byte limit
+                2 => (1 << 20) + (r >> 20) % 5000,
+                _ => (r >> 20) % 600,
             };
             if (r >> 4) % 3 == 0 || round % 7 == 0 {
                 live.free(addr);
                 model.remove(&addr);
             } else {
+                let chunk = ((size + 8 + 15) & !15).max(32) + 16 * ((r >> 60) & 1);
+                mem.put(addr.wrapping_sub(8), chunk | 1 | (((r >> 61) & 1) * 4));
                 live.alloc(addr, size);
                 model.insert(addr, size);
             }
@@ -1201,12 +1353,93 @@ mod tests {
         let mut want: Vec<(u64, u64)> = model.into_iter().collect();
         want.sort_unstable();
         assert!(want.len() > 10_000);
-        assert_eq!(live.take_sorted(), want);
+        assert_eq!(live.take_sorted(&mut mem), want);
         // Emptied: nothing left, and usable again.
-        assert_eq!(live.take_sorted(), vec![]);
+        assert_eq!(live.take_sorted(&mut mem), vec![]);
         live.alloc(0x1000, 8);
         live.free(0x1000);
-        assert_eq!(live.take_sorted(), vec![]);
+        assert_eq!(live.take_sorted(&mut mem), vec![]);
+        // Once the program may `mmap` small chunks, sizes are kept whole: an
+        // `mmap`ed header (IS_MMAPPED, a page) pins nothing.
+        // (0x2000 itself, page-aligned, is always kept whole.)
+        mem.put(0x2010 - 8, 4096 | 2);
+        live.alloc(0x2010, 100);
+        assert_eq!(live.take_sorted(&mut mem), vec![(0x2010, 100 & 63)]);
+        live.alloc(0x2000, 100);
+        assert!(live.is_exact(0x2000));
+        live.alloc_with(0x2010, 100, true);
+        assert!(live.is_exact(0x2010));
+        assert_eq!(
+            live.take_sorted(&mut mem),
+            vec![(0x2000, 100), (0x2010, 100)]
+        );
+        set_exact_sizes();
+        live.alloc(0x2010, 100);
+        assert_eq!(live.take_sorted(&mut mem), vec![(0x2010, 100)]);
+    }
+
+    /// Real glibc chunks: the low 6 bits and the header give back every
+    /// requested size, from `malloc`, `calloc`, `realloc` (shrinking in
+    /// place, which can leave up to 40 spare bytes, and growing), `memalign`,
+    /// on the main arena and a thread's; `mmap`ed chunks pin nothing.
+    #[test]
+    fn requested_size_is_recovered_from_glibc_chunk_headers() {
+        fn check(p: *mut libc::c_void, size: u64) {
+            assert!(!p.is_null());
+            // SAFETY: `p` is a live glibc block: the 8 bytes before it are its
+            // chunk's size word, inside the same mapping.
+            let header = unsafe { (p as *const u64).sub(1).read() };
+            assert_eq!(
+                size_from_header(size & 63, header),
+                Some(size),
+                "size {size}"
+            );
+        }
+        fn round() {
+            for size in 0..700u64 {
+                // SAFETY: plain glibc allocation calls; every block is freed.
+                unsafe {
+                    let p = sys::__libc_malloc(size as usize);
+                    check(p, size);
+                    let c = sys::__libc_calloc(1, size as usize);
+                    check(c, size);
+                    let m = sys::__libc_memalign(64, size as usize);
+                    check(m, size);
+                    for shrunk in [size / 2, size.saturating_sub(1), size.saturating_sub(20)] {
+                        if shrunk == 0 {
+                            continue; // realloc(p, 0) frees
+                        }
+                        let q = sys::__libc_malloc(size as usize + 1);
+                        let q = sys::__libc_realloc(q, shrunk as usize);
+                        check(q, shrunk);
+                        let q = sys::__libc_realloc(q, shrunk as usize + 300);
+                        check(q, shrunk + 300);
+                        sys::__libc_free(q);
+                    }
+                    sys::__libc_free(p);
+                    sys::__libc_free(c);
+                    sys::__libc_free(m);
+                }
+            }
+        }
+        round();
+        std::thread::spawn(round).join().unwrap();
+        // SAFETY: as above.
+        unsafe {
+            let p = sys::__libc_malloc(4 << 20);
+            let header = (p as *const u64).sub(1).read();
+            assert_eq!(size_from_header(0, header), None);
+            sys::__libc_free(p);
+        }
+        assert!(env_lowers_mmap_threshold(Some("0".as_ref()), None));
+        assert!(env_lowers_mmap_threshold(
+            None,
+            Some("glibc.malloc.mmap_threshold=4096".as_ref())
+        ));
+        assert!(!env_lowers_mmap_threshold(
+            None,
+            Some("glibc.malloc.tcache_count=0".as_ref())
+        ));
     }
 
     const ROOT: (u64, u64) = (0x1000, 0x1100);

@@ -16,6 +16,7 @@ extern "C" {
     pub fn __libc_memalign(align: size_t, size: size_t) -> *mut c_void;
     pub fn __libc_valloc(size: size_t) -> *mut c_void;
     pub fn __libc_pvalloc(size: size_t) -> *mut c_void;
+    pub fn __libc_mallopt(param: c_int, value: c_int) -> c_int;
 }
 
 /// The calling thread's `errno`.

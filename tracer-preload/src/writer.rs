@@ -118,8 +118,9 @@ struct State {
     addresses: HashSet<u64>,
     objects: objects::Known,
     threads: HashSet<u32>,
-    /// Old blocks of reallocs in progress: (tid, addr, time, already emitted).
-    pending: Vec<(u32, u64, u64, bool)>,
+    /// Old blocks of reallocs in progress: (tid, addr, time, already emitted,
+    /// the live table keeps its exact size).
+    pending: Vec<(u32, u64, u64, bool, bool)>,
     /// Latest timestamp emitted.
     last_time: u64,
     /// Thread of the previous event (skips the set lookup for runs).
@@ -400,12 +401,14 @@ impl State {
                 from_realloc,
             } => {
                 let time_ns = self.time(time_ns);
+                // A realloc of a block kept with its exact size keeps it too.
+                let exact = from_realloc && self.pending.iter().any(|p| p.0 == tid && p.4);
                 if !self.pending.is_empty() {
                     self.settle_pending(tid, addr, from_realloc, time_ns);
                 }
                 let stack = self.stack_id(key);
                 self.thread(tid);
-                self.live.alloc(addr, size);
+                self.live.alloc_with(addr, size, exact);
                 self.emit(&Record::Event(Event::Alloc(Alloc {
                     time_ns,
                     thread: tid,
@@ -417,7 +420,8 @@ impl State {
             Msg::Free { time_ns, tid, addr } => self.free(time_ns, tid, addr),
             Msg::ReallocFree { time_ns, tid, addr } => {
                 self.pending.retain(|p| p.0 != tid);
-                self.pending.push((tid, addr, time_ns, false));
+                let exact = scan::enabled() && self.live.is_exact(addr);
+                self.pending.push((tid, addr, time_ns, false, exact));
             }
             Msg::ReallocFailed { tid } => self.pending.retain(|p| p.0 != tid),
             Msg::Marker { time_ns, tid, name } => {
