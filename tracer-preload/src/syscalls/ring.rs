@@ -597,7 +597,8 @@ unsafe fn read_record(at: *const u8, emit: &mut impl FnMut(&SyscallView<'_>)) {
     let d = at.add(24).cast::<u64>().read();
     let kinds = at.add(40).cast::<[u8; 8]>().read();
     let mut p = at.add(HEAD);
-    let mut args = [SyscallArgView::Int(0); MAX_ARGS];
+    // Only the first `n` are written and read (no zeroing per record).
+    let mut args = [core::mem::MaybeUninit::<SyscallArgView<'_>>::uninit(); MAX_ARGS];
     let mut boxed = false;
     for (i, &k) in kinds.iter().enumerate().take(n) {
         let v = p.cast::<u64>().read();
@@ -618,7 +619,7 @@ unsafe fn read_record(at: *const u8, emit: &mut impl FnMut(&SyscallView<'_>)) {
         } else {
             &[]
         };
-        args[i] = match base_kind {
+        args[i] = core::mem::MaybeUninit::new(match base_kind {
             kind::INT => SyscallArgView::Int(v as i64),
             kind::FLAGS => SyscallArgView::Flags(v),
             kind::FD => SyscallArgView::Fd(v as i32),
@@ -628,8 +629,11 @@ unsafe fn read_record(at: *const u8, emit: &mut impl FnMut(&SyscallView<'_>)) {
                 data: bytes,
             },
             _ => SyscallArgView::Pointer(v),
-        };
+        });
     }
+    // SAFETY: the loop above wrote `args[..n]`; `MaybeUninit<T>` has the
+    // layout of `T`.
+    let args = core::slice::from_raw_parts(args.as_ptr().cast::<SyscallArgView<'_>>(), n);
     emit(&SyscallView {
         number: at.add(4).cast::<u16>().read(),
         result: at.add(32).cast::<i64>().read(),
@@ -637,7 +641,7 @@ unsafe fn read_record(at: *const u8, emit: &mut impl FnMut(&SyscallView<'_>)) {
         thread: Some(at.add(8).cast::<u32>().read()),
         time_ns: Some(at.add(16).cast::<u64>().read()),
         duration_ns: (flags & HAS_DURATION != 0).then_some(d),
-        args: &args[..n],
+        args,
     });
     if boxed {
         free_boxes(at);
@@ -647,7 +651,7 @@ unsafe fn read_record(at: *const u8, emit: &mut impl FnMut(&SyscallView<'_>)) {
 /// Frees the boxed bytes of the record at `at` (after its view was used).
 ///
 /// # Safety
-/// As [`read_record`]; the boxes were made by [`Rec::boxed_bytes`] and
+/// As [`read_record`]; the boxes were made by [`boxed_copy`] and
 /// are freed once.
 #[cold]
 unsafe fn free_boxes(at: *const u8) {
