@@ -267,22 +267,15 @@ pub fn capture(buf: &mut [u64], ip: u64, rsp: u64, rbp: u64, lo: u64, hi: u64) -
     if table.is_null() {
         return None;
     }
-    let got = if hi >= lo && hi - lo >= 8 {
-        MEMO.try_with(|m| {
+    let got = MEMO
+        .try_with(|m| {
             // SAFETY: the memo is only touched by its own thread, here, and
             // no reference to it escapes this closure; a capture never nests
             // inside another on the same thread (the hooks' reentrancy guard).
             let memo = unsafe { &mut *m.get() };
-            walk_memo(memo, buf, ip, rsp, rbp, lo, hi, |ip| lookup(table, ip))
+            walk(memo, buf, ip, rsp, rbp, lo, hi, |ip| lookup(table, ip))
         })
-        .ok()
-    } else {
-        None
-    };
-    let got = match got {
-        Some(g) => g,
-        None => walk_table(table, buf, ip, rsp, rbp, lo, hi),
-    };
+        .unwrap_or_else(|_| walk_table(table, buf, ip, rsp, rbp, lo, hi));
     if VERIFY.load(Ordering::Relaxed) {
         verify(table, buf, got, ip, rsp, rbp, lo, hi);
     }
@@ -345,25 +338,29 @@ fn readable(a: u64, lo: u64, hi: u64) -> bool {
     a >= lo && a.checked_add(8).is_some_and(|e| e <= hi) && a.is_multiple_of(8)
 }
 
-/// A rule unpacked for [`apply`]: no decoding on the hot path. `ra` is the
-/// return address the rule belongs to (the memo's key).
+/// A rule unpacked for [`apply`]: no decoding and no branch on its kind on
+/// the hot path. `ra` is the return address the rule belongs to (the memo's
+/// key). The CFA register is `rsp ^ ((rsp ^ rbp) & base_mask)`.
+///
+/// The outermost frame ([`Rule::End`]) and a rule that is not representable
+/// ([`Rule::Complex`]) are both "CFA = rsp + 0", which fails the check
+/// `cfa > rsp` in [`apply`], so the walk stops after storing the frame as it
+/// must; only then is `complex` looked at (the capture goes to libgcc).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Slot {
     ra: u64,
-    /// Added to the CFA register.
-    cfa_off: u32,
-    /// Where the caller's `rbp` is, from the CFA; -8 (the return address's
-    /// own slot, read and discarded) when it was not saved.
-    rbp_off: i16,
-    flags: u8,
+    /// Added to the CFA register: the CFA.
+    cfa_off: u64,
+    /// Added to the CFA register: where the caller's `rbp` was saved, or
+    /// `cfa_off - 8` (the return address's own slot, read and discarded)
+    /// when it was not.
+    rbp_at_off: u64,
+    /// All ones when the CFA register is `rbp`, else zero.
+    base_mask: u64,
+    /// All ones when the caller's `rbp` was saved, else zero (kept).
+    take_mask: u64,
+    complex: bool,
 }
-
-const S_CFA_RBP: u8 = 1;
-const S_RBP_SAVED: u8 = 2;
-/// The outermost frame: the walk ends after it.
-const S_END: u8 = 4;
-/// Not representable: the whole capture goes to libgcc.
-const S_COMPLEX: u8 = 8;
 
 /// What an empty memo slot holds: address 0 and its rule (`compute(0)` finds
 /// no object: the outermost frame), so a slot that was never filled can be
@@ -371,8 +368,10 @@ const S_COMPLEX: u8 = 8;
 const EMPTY_SLOT: Slot = Slot {
     ra: 0,
     cfa_off: 0,
-    rbp_off: -8,
-    flags: S_END,
+    rbp_at_off: 0u64.wrapping_sub(8),
+    base_mask: 0,
+    take_mask: 0,
+    complex: false,
 };
 
 /// Unpacks the encoded rule `v` of return address `ra` (check bits already
@@ -382,63 +381,81 @@ fn slot_of(ra: u64, v: u64) -> Slot {
     match v >> 62 {
         KIND_FRAME => {
             let saved = v & (1 << 60) != 0;
+            let cfa_off = (v >> 36) & 0xff_ffff;
+            let rbp_off = ((v >> 20) as u16 as i16) as i64 as u64;
             Slot {
                 ra,
-                cfa_off: ((v >> 36) & 0xff_ffff) as u32,
-                rbp_off: if saved { (v >> 20) as u16 as i16 } else { -8 },
-                flags: if v & (1 << 61) != 0 { S_CFA_RBP } else { 0 }
-                    | if saved { S_RBP_SAVED } else { 0 },
+                cfa_off,
+                rbp_at_off: cfa_off.wrapping_add(if saved {
+                    rbp_off
+                } else {
+                    0u64.wrapping_sub(8)
+                }),
+                base_mask: if v & (1 << 61) != 0 { !0 } else { 0 },
+                take_mask: if saved { !0 } else { 0 },
+                complex: false,
             }
         }
-        KIND_END => Slot {
-            flags: S_END,
-            ..EMPTY_SLOT
-        },
+        KIND_END => Slot { ra, ..EMPTY_SLOT },
         _ => Slot {
-            flags: S_COMPLEX,
+            ra,
+            complex: true,
             ..EMPTY_SLOT
         },
     }
 }
 
 /// Applies a frame's rule to the registers: the caller's return address,
-/// `rsp` and `rbp`, or `None` where the walk ends (a word outside the stack
-/// or unaligned, a CFA not above `rsp`), exactly where the reference walk
-/// ends.
+/// `rsp` and `rbp`, or `None` where the walk ends, exactly where the
+/// reference walk ends (a word outside the stack or unaligned, a CFA not
+/// above `rsp`).
 ///
-/// `span8` is `hi - lo - 8`: `a - lo <= span8` (wrapping) is `lo <= a &&
-/// a + 8 <= hi` in one comparison. Both words are read whatever the rule
-/// (an unsaved `rbp` reads the return address's slot again and keeps the
-/// old value), so the loads do not wait on a branch.
+/// Requires `rsp` 8-aligned and `lo <= rsp` (checked before the first frame,
+/// kept since: the next `rsp` is an accepted CFA). Then a CFA that is
+/// aligned and in `(rsp, hi]` is at least `rsp + 8`, so the return address
+/// at CFA-8 lies in `[lo, hi - 8]`: the reference's test of that word in two
+/// comparisons. `span8` is `hi - lo - 8`: `a - lo <= span8` (wrapping) is
+/// `lo <= a && a + 8 <= hi`. Both words are read whatever the rule, so the
+/// loads wait on no branch.
 #[inline(always)]
-fn apply(s: Slot, rsp: u64, rbp: u64, lo: u64, span8: u64) -> Option<(u64, u64, u64)> {
-    let base = if s.flags & S_CFA_RBP != 0 { rbp } else { rsp };
-    let cfa = base.wrapping_add(s.cfa_off as u64);
-    let ra_at = cfa.wrapping_sub(8);
-    let rbp_at = cfa.wrapping_add(s.rbp_off as i64 as u64);
-    if ra_at.wrapping_sub(lo) > span8
-        || rbp_at.wrapping_sub(lo) > span8
-        || (cfa | rbp_at) & 7 != 0
-        || cfa <= rsp
-    {
+fn apply(s: &Slot, rsp: u64, rbp: u64, lo: u64, hi: u64, span8: u64) -> Option<(u64, u64, u64)> {
+    let base = rsp ^ ((rsp ^ rbp) & s.base_mask);
+    let cfa = base.wrapping_add(s.cfa_off);
+    let rbp_at = base.wrapping_add(s.rbp_at_off);
+    if cfa <= rsp || cfa > hi || rbp_at.wrapping_sub(lo) > span8 || (cfa | rbp_at) & 7 != 0 {
         return None;
     }
-    // SAFETY: both words checked above to lie inside this thread's stack.
-    let (ra, word) = unsafe { (*(ra_at as *const u64), *(rbp_at as *const u64)) };
-    Some((
-        ra,
-        cfa,
-        if s.flags & S_RBP_SAVED != 0 {
-            word
-        } else {
-            rbp
-        },
-    ))
+    // SAFETY: [cfa - 8, cfa) and [rbp_at, rbp_at + 8) lie inside this
+    // thread's stack (see above).
+    let (ra, word) = unsafe { (*((cfa - 8) as *const u64), *(rbp_at as *const u64)) };
+    Some((ra, cfa, rbp ^ ((word ^ rbp) & s.take_mask)))
+}
+
+/// The memo walk where its precondition holds (always, for the registers
+/// `unwind` passes), else the plain walk over the same rules.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn walk(
+    memo: &mut Memo,
+    buf: &mut [u64],
+    ip: u64,
+    rsp: u64,
+    rbp: u64,
+    lo: u64,
+    hi: u64,
+    mut lookup: impl FnMut(u64) -> u64,
+) -> Option<usize> {
+    if hi >= lo && hi - lo >= 8 && rsp >= lo && rsp <= hi && rsp & 7 == 0 {
+        walk_memo(memo, buf, ip, rsp, rbp, lo, hi, lookup)
+    } else {
+        walk_rules(buf, ip, rsp, rbp, lo, hi, |ip| decode(ip, lookup(ip)))
+    }
 }
 
 /// The walk: frame `k < MEMO_FRAMES` takes its rule from the memo when the
 /// return address is the one remembered there, from `lookup` (and into the
-/// memo) otherwise; deeper frames from `lookup` alone.
+/// memo) otherwise; deeper frames from `lookup` alone. `rsp` must be
+/// aligned and inside `[lo, hi]`, `hi - lo >= 8`.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 fn walk_memo(
@@ -461,26 +478,25 @@ fn walk_memo(
     let mut n = 0;
     while n < buf.len() {
         buf[n] = ip;
+        let fresh;
         let s = if n < head {
             let e = &mut memo.entries[n];
             if e.ra != ip {
                 *e = slot_of(ip, lookup(ip));
             }
-            *e
+            &*e
         } else {
-            slot_of(ip, lookup(ip))
+            fresh = slot_of(ip, lookup(ip));
+            &fresh
         };
         n += 1;
-        if s.flags >= S_END {
-            if s.flags & S_END != 0 {
-                break;
+        let Some((ra, cfa, next_rbp)) = apply(s, rsp, rbp, lo, hi, span8) else {
+            if s.complex {
+                return None;
             }
-            return None;
-        }
-        let Some((ra, cfa, saved)) = apply(s, rsp, rbp, lo, span8) else {
             break;
         };
-        rbp = saved;
+        rbp = next_rbp;
         rsp = cfa;
         if ra == 0 {
             break;
@@ -696,32 +712,38 @@ mod tests {
         let mut long = 0;
         for round in 0..4000 {
             // Written and read through one raw pointer only (the walks read
-            // it as memory, not as a Rust array).
-            let mut stack = vec![0u64; WORDS];
+            // it as memory, not as a Rust array). Eight guard words on each
+            // side of [lo, hi) hold return addresses too: a walk that read
+            // past the bounds would go on instead of stopping.
+            let mut stack = vec![0u64; WORDS + 16];
             let base = stack.as_mut_ptr();
-            let lo = base as u64;
+            let lo = base as u64 + 64;
             let hi = lo + 8 * WORDS as u64;
-            for k in 0..WORDS {
+            for k in 0..WORDS + 16 {
                 // Return addresses from a small set (so they repeat), and
                 // word values that point back into the stack now and then.
                 let w = match rand() % 8 {
-                    0 => lo + 8 * (rand() % (WORDS as u64 + 4)),
+                    0 if (8..WORDS + 8).contains(&k) => lo + 8 * (rand() % (WORDS as u64 + 4)),
                     _ => 0x40_0000 + 16 * (rand() % 24),
                 };
-                // SAFETY: k < WORDS, inside the vector.
+                // SAFETY: k < WORDS + 16, inside the vector.
                 unsafe { base.add(k).write(w) };
             }
             if round % 10 == 0 {
                 // SAFETY: inside the vector.
-                unsafe { base.add((rand() % WORDS as u64) as usize).write(0) };
+                unsafe { base.add(8 + (rand() % WORDS as u64) as usize).write(0) };
             }
             let ip = 0x40_0000 + 16 * (rand() % 24);
-            let rsp = lo + 8 * (rand() % 8) + if round % 7 == 0 { 4 } else { 0 };
+            let rsp = match round % 13 {
+                0 => lo - 8,
+                1 => hi - 8,
+                _ => lo + 8 * (rand() % 8) + if round % 7 == 0 { 4 } else { 0 },
+            };
             let rbp = lo + 8 * (rand() % WORDS as u64);
             let depth = [64, 5, 100, 1][round % 4];
             let mut a = [0u64; 100];
             let mut b = [0u64; 100];
-            let got = walk_memo(&mut memo, &mut a[..depth], ip, rsp, rbp, lo, hi, |ip| {
+            let got = walk(&mut memo, &mut a[..depth], ip, rsp, rbp, lo, hi, |ip| {
                 encode(ip, rule_of(ip))
             });
             let want = walk_rules(&mut b[..depth], ip, rsp, rbp, lo, hi, |ip| {
