@@ -41,7 +41,7 @@ pub struct Object {
 }
 
 /// Where a frame's code comes from in the source, when it has been resolved.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Hash)]
 pub struct Symbol {
     pub function: String,
     /// Source file, empty when unknown.
@@ -51,7 +51,7 @@ pub struct Symbol {
 }
 
 /// One frame of a stack.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Hash)]
 pub struct Frame {
     /// Absolute instruction address (return address for all but the innermost
     /// frame); 0 when the format only kept a symbol.

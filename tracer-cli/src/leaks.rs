@@ -237,7 +237,7 @@ pub fn compute(a: &Analysis, supp: &mut Suppressions, opts: &Options) -> LeaksJs
             .or_insert_with(|| {
                 a.stacks
                     .get(&stack)
-                    .map(|f| resolver.stack(f))
+                    .map(|f| resolver.stack(&f))
                     .unwrap_or_default()
             })
             .clone();

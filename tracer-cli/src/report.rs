@@ -136,7 +136,7 @@ pub fn json_with(
         stack: a
             .stacks
             .get(&id)
-            .map(|frames| sym.stack(frames).iter().map(FrameJson::from).collect())
+            .map(|frames| sym.stack(&frames).iter().map(FrameJson::from).collect())
             .unwrap_or_default(),
     };
     let top_sites = TopSites {

@@ -33,6 +33,7 @@
 //! `finish`. A spool left by a killed process is turned into a normal file by
 //! [`recover`] (see [`spool`] for its layout).
 
+mod meta;
 mod reader;
 pub mod spool;
 mod writer;

@@ -11,6 +11,7 @@ use std::io::Read;
 
 use serde::Deserialize;
 
+use super::meta::{json_error, DocFrame, MetaRead, Runs, StackGen};
 use super::spool::{replay, CHUNK_EVENTS, CHUNK_RECORDS, SPOOL_MAGIC, SPOOL_VERSION};
 use super::writer::Tables;
 use super::{decode_event, Bad, RawEvent, ALLOC, EXPECTED_TYPE, FREE, GC, HEADER_LEN, MAGIC};
@@ -22,7 +23,7 @@ use crate::model::*;
 #[derive(Deserialize)]
 struct Meta {
     #[serde(default)]
-    stack_traces: HashMap<String, Vec<DocFrame>>,
+    stack_traces: Runs<DocFrame>,
     #[serde(default)]
     files: HashMap<String, String>,
     #[serde(default)]
@@ -32,19 +33,12 @@ struct Meta {
 }
 
 #[derive(Deserialize)]
-struct DocFrame {
-    file_id: u64,
-    line: u32,
-    func_id: u64,
-}
-
-#[derive(Deserialize)]
 struct Ext {
     version: u32,
     #[serde(default)]
     unresolved_function: Option<u64>,
     #[serde(default)]
-    stack_addresses: HashMap<String, Vec<u64>>,
+    stack_addresses: Runs<u64>,
     #[serde(default)]
     process: Option<ProcessJson>,
     #[serde(default)]
@@ -275,6 +269,10 @@ pub struct Reader<R> {
     src: ByteSource<R>,
     state: State,
     records: std::vec::IntoIter<Record>,
+    /// The metadata's stacks, made one at a time after `records`.
+    stacks: Option<Box<StackGen>>,
+    /// Records after the stacks (late symbol resolutions).
+    after: std::vec::IntoIter<Record>,
     /// An event held back while a made-up stack goes first.
     held: Option<Record>,
     ctx: Option<EventCtx>,
@@ -312,6 +310,8 @@ impl<R: Read> Reader<R> {
             src: ByteSource::new(inner),
             state: State::Header,
             records: Vec::new().into_iter(),
+            stacks: None,
+            after: Vec::new().into_iter(),
             held: None,
             ctx: None,
             spool: None,
@@ -349,9 +349,20 @@ impl<R: Read> Reader<R> {
         }
         let start_us = u64::from_le_bytes(h[8..16].try_into().expect("8 bytes"));
         let meta_len = u32::from_le_bytes(h[16..20].try_into().expect("4 bytes"));
-        let json = self.src.read_vec(meta_len.into(), "the JSON metadata")?;
-        let meta: Meta = serde_json::from_slice(&json).map_err(|e| json_error(&json, &e))?;
-        drop(json);
+        // Parsed straight from the source: the metadata can be far larger
+        // than what it describes once interned (see `meta.rs`).
+        let mut m = MetaRead::new(&mut self.src, meta_len.into());
+        let mut de = serde_json::Deserializer::from_reader(&mut m);
+        let parsed = Meta::deserialize(&mut de).and_then(|meta| de.end().map(|()| meta));
+        let meta = match parsed {
+            Ok(meta) => meta,
+            Err(e) => {
+                drop(de);
+                let located = json_error(&m, &e);
+                m.check_rest()?;
+                return Err(located);
+            }
+        };
         self.build(meta, start_us)
     }
 
@@ -385,7 +396,7 @@ impl<R: Read> Reader<R> {
                 ..Process::default()
             })),
         }
-        let mut addresses = HashMap::new();
+        let mut addresses = Runs::default();
         let mut unresolved = None;
         let mut slot_changes = Vec::new();
         let mut marker_threads = Vec::new();
@@ -432,7 +443,10 @@ impl<R: Read> Reader<R> {
                     name: t.name,
                 }));
             }
-            addresses = id_map(e.stack_addresses, "libtracer.stack_addresses")?;
+            addresses = e.stack_addresses;
+            if let Some(k) = &addresses.bad_key {
+                return Err(bad_key("libtracer.stack_addresses", k));
+            }
             unresolved = e.unresolved_function;
             if e.thread_slots.windows(2).any(|w| w[0].0 > w[1].0) {
                 return Err(bad(
@@ -464,39 +478,19 @@ impl<R: Read> Reader<R> {
             })
         };
 
-        let mut stacks = id_map(meta.stack_traces, "stack_traces")?
-            .into_iter()
-            .collect::<Vec<_>>();
-        stacks.sort_unstable_by_key(|s| s.0);
-        let ids: Vec<u64> = stacks.iter().map(|s| s.0).collect();
-        for (id, doc) in stacks {
-            let addrs = addresses.remove(&id).unwrap_or_default();
-            if !addrs.is_empty() && addrs.len() != doc.len() {
-                return Err(bad(
-                    format!(
-                        "libtracer.stack_addresses[\"{id}\"] with one address per frame ({})",
-                        doc.len()
-                    ),
-                    format!("{} addresses", addrs.len()),
-                ));
-            }
-            // The file lists the outermost frame first; the model the innermost.
-            let mut frames = Vec::with_capacity(doc.len());
-            for (k, f) in doc.iter().enumerate().rev() {
-                let sym = if Some(f.func_id) == unresolved {
-                    None
-                } else {
-                    Some(symbol(f.func_id, f.file_id, f.line, &|| {
-                        format!("stack_traces[\"{id}\"][{k}]")
-                    })?)
-                };
-                frames.push(Frame {
-                    address: addrs.get(k).copied().unwrap_or(0),
-                    symbol: sym,
-                });
-            }
-            records.push(Record::Stack(Stack { id, frames }));
+        let traces = meta.stack_traces;
+        if let Some(k) = &traces.bad_key {
+            return Err(bad_key("stack_traces", k));
         }
+        let gen = StackGen::new(
+            traces,
+            addresses,
+            functions.clone(),
+            files.clone(),
+            unresolved,
+        )?;
+        let ids = gen.ids();
+        let before = records.len();
         for (k, (address, func, file, line)) in late.into_iter().enumerate() {
             let symbol = symbol(func, file, line, &|| {
                 format!("libtracer.address_symbols[{k}]")
@@ -512,7 +506,9 @@ impl<R: Read> Reader<R> {
             ctx.slot_tids = Some((0..SLOTS as u32).collect());
         }
         self.ctx = Some(ctx);
+        self.after = records.split_off(before).into_iter();
         self.records = records.into_iter();
+        self.stacks = Some(Box::new(gen));
         self.next_scan_seq = scans.front().map_or(u64::MAX, |s| s.0);
         self.scans = scans;
         Ok(())
@@ -762,10 +758,19 @@ impl<R: Read> Iterator for Reader<R> {
                         return Some(Err(e));
                     }
                 },
-                State::Records => match self.records.next() {
-                    Some(r) => return Some(Ok(r)),
-                    None => self.state = State::Events,
-                },
+                State::Records => {
+                    if let Some(r) = self.records.next() {
+                        return Some(Ok(r));
+                    }
+                    if let Some(s) = self.stacks.as_mut().and_then(|g| g.next_stack()) {
+                        return Some(Ok(Record::Stack(s)));
+                    }
+                    self.stacks = None;
+                    match self.after.next() {
+                        Some(r) => return Some(Ok(r)),
+                        None => self.state = State::Events,
+                    }
+                }
                 State::Events => {
                     let r = self.next_event();
                     if !matches!(r, Some(Ok(_))) {
@@ -823,42 +828,11 @@ fn id_map<V>(m: HashMap<String, V>, table: &str) -> Result<HashMap<u64, V>> {
         .collect()
 }
 
-/// A JSON error located in the file: metadata offset plus the error's position.
-fn json_error(json: &[u8], e: &serde_json::Error) -> FormatError {
-    let mut line_start = 0usize;
-    let mut line = 1usize;
-    for (i, &b) in json.iter().enumerate() {
-        if line >= e.line() {
-            break;
-        }
-        if b == b'\n' {
-            line += 1;
-            line_start = i + 1;
-        }
-    }
-    let pos = (line_start + e.column().saturating_sub(1)).min(json.len());
-    // serde_json's message without its " at line L column C" suffix.
-    let full = e.to_string();
-    let msg = full.split(" at line ").next().unwrap_or(&full);
-    if e.is_eof() {
-        FormatError::invalid(
-            (HEADER_LEN + json.len()) as u64,
-            format!(
-                "complete JSON metadata within its {} bytes ({msg})",
-                json.len()
-            ),
-            "the end of the metadata",
-        )
-    } else {
-        let found = match json.get(pos) {
-            Some(&b) if b.is_ascii_graphic() || b == b' ' => format!("'{}'", b as char),
-            Some(&b) => format!("byte 0x{b:02x}"),
-            None => "the end of the metadata".into(),
-        };
-        FormatError::invalid(
-            (HEADER_LEN + pos) as u64,
-            format!("valid JSON metadata ({msg})"),
-            found,
-        )
-    }
+/// The error for a key of a per-stack table that is not a decimal id.
+fn bad_key(table: &str, key: &str) -> FormatError {
+    FormatError::invalid(
+        HEADER_LEN as u64,
+        format!("decimal ids as the keys of \"{table}\""),
+        format!("{key:?}"),
+    )
 }
