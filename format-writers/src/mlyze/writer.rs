@@ -157,6 +157,9 @@ pub(super) struct Tables {
     file_ids: HashMap<String, u32>,
     /// The `functions` id unresolved frames use.
     pub unresolved: Option<u32>,
+    /// The `files` id of "" (what unresolved frames name), once interned:
+    /// looked up for every unresolved frame, so kept out of the hash map.
+    empty_file: Option<u32>,
     /// `(address, function id, file id, line)`.
     pub address_symbols: Vec<(u64, u32, u32, u32)>,
     /// `(event sequence number, slot, OS tid)`: from that event on, the slot means the tid.
@@ -184,7 +187,15 @@ impl Tables {
     }
 
     pub fn intern_file(&mut self, name: &str) -> u32 {
+        if name.is_empty() {
+            if let Some(id) = self.empty_file {
+                return id;
+            }
+        }
         if let Some(&id) = self.file_ids.get(name) {
+            if name.is_empty() {
+                self.empty_file = Some(id);
+            }
             return id;
         }
         let id = self.files.len() as u32;
@@ -250,7 +261,7 @@ impl Tables {
         if let Some(log) = &mut self.log {
             entry::put_stack(log, id, &frames);
         }
-        let empty = self.file_ids.get("").copied();
+        let empty = self.empty_file.or_else(|| self.file_ids.get("").copied());
         let plain =
             |f: &FrameRef| f.line == 0 && Some(f.func) == self.unresolved && Some(f.file) == empty;
         let frames = if frames.iter().all(plain) {
