@@ -32,7 +32,27 @@ cc=${CC:-gcc}
 $cc -O2 -g -fno-omit-frame-pointer -pthread examples/bench/alloc_chain.c -o "$work/chain_fp"
 $cc -O2 -g -fomit-frame-pointer -pthread examples/bench/alloc_chain.c -o "$work/chain_nofp"
 $cc -O2 -g examples/bench/syscall_loop.c -o "$work/syscall_loop"
+$cc -O2 -g -fno-omit-frame-pointer examples/bench/many_stacks.c -o "$work/many_stacks"
 
+# A history of 3,000 commits (3 files changed in each, 200 files in 10
+# directories) for `git log --stat`, made with fast-import: no network.
+git init -q -b main "$work/repo"
+python3 - <<'PY' | (cd "$work/repo" && git fast-import --quiet && git checkout -q -f main)
+import sys
+out = sys.stdout
+for c in range(3000):
+    msg = f"change {c}\n"
+    out.write(f"commit refs/heads/main\ncommitter Bench <bench@example.com> {1700000000 + c * 60} +0000\n")
+    out.write(f"data {len(msg)}\n{msg}")
+    for k in range(3):
+        f = (c * 7 + k * 13) % 200
+        body = "".join(f"line {i} of file {f} at commit {c if i % 5 == k else 0}\n" for i in range(40))
+        out.write(f"M 644 inline src/dir{f % 10}/file{f}.txt\ndata {len(body)}\n{body}")
+    out.write("\n")
+PY
+
+# LeakSanitizer's runtime, preloaded: what a leak check alone costs.
+LSAN=$(ls /usr/lib/x86_64-linux-gnu/liblsan.so.0 2>/dev/null || true)
 have_heaptrack=0
 command -v heaptrack >/dev/null && have_heaptrack=1
 
@@ -58,6 +78,11 @@ workload() {
         measure base env $vars "$@"
         # shellcheck disable=SC2086
         measure libtracer env $vars LD_PRELOAD="$LIB" TRACER_QUIET=1 TRACER_OUTPUT="trace" "$@"
+        if [ -n "$LSAN" ]; then
+            # Leak checking only (no record); a leak report must not fail the run.
+            # shellcheck disable=SC2086
+            measure lsan env $vars LD_PRELOAD="$LSAN" LSAN_OPTIONS=exitcode=0 "$@" || true
+        fi
         if [ $have_heaptrack = 1 ]; then
             # shellcheck disable=SC2086
             measure heaptrack env $vars heaptrack -r -o "$work/run-heaptrack/ht" "$@"
@@ -73,7 +98,7 @@ for line in open(path):
 base_w = statistics.median(w for w, _ in rows["base"])
 base_m = statistics.median(m for _, m in rows["base"])
 cells = [name, f"{base_w*1000:.0f} ms, {base_m/1024:.1f} MiB"]
-for tag in ("libtracer", "heaptrack"):
+for tag in ("libtracer", "heaptrack", "lsan"):
     if tag not in rows:
         cells.append("n/a"); continue
     w = statistics.median(w for w, _ in rows[tag]); m = statistics.median(m for _, m in rows[tag])
@@ -86,8 +111,8 @@ PY
 
 echo "## Recording overhead (median of $RUNS runs; wall time ratio to untraced, peak RSS)"
 echo
-echo "| workload | untraced | libtracer | heaptrack -r |"
-echo "| --- | --- | --- | --- |"
+echo "| workload | untraced | libtracer | heaptrack -r | LeakSanitizer (preloaded) |"
+echo "| --- | --- | --- | --- | --- |"
 PY=/usr/bin/python3
 [ -x $PY ] || PY=$(command -v python3)
 workload "alloc_chain 1M pairs, 20 deep, frame pointers" "" "$work/chain_fp" 1000000
@@ -96,6 +121,33 @@ workload "alloc_chain 1M pairs, 2 threads" "" "$work/chain_fp" 1000000 2
 workload "python3 300k-entry dict, PYTHONMALLOC=malloc" "PYTHONMALLOC=malloc PYTHONHASHSEED=0" $PY -c 'd = {str(i): i for i in range(300000)}'
 workload "perl 300k-entry hash" "" /usr/bin/perl -e 'my %h; $h{$_} = $_ for 1..300000;'
 workload "ls -l /usr/bin (short process)" "" /bin/ls -l /usr/bin
+# Every process of the compiler driver traced (g++, cc1plus, as); Debian's
+# cc1plus is built without frame pointers.
+workload "g++ -O1 -c examples/bench/templates.cpp" "" g++ -O1 -c "$PWD/examples/bench/templates.cpp" -o templates.o
+workload "git log --stat, 3,000 commits" "" git -C "$work/repo" log --stat
+echo
+
+echo "## A million distinct stacks (examples/bench/many_stacks: 2^20 allocations, each from its own 20-deep stack)"
+echo
+echo "| step | wall | peak RSS | file |"
+echo "| --- | --- | --- | --- |"
+one() {
+    local label=$1 file=$2; shift 2
+    /usr/bin/time -f "%e %M" -o "$work/one" "$@" >/dev/null 2>"$work/one.err" || {
+        echo "bench: '$*' failed:" >&2; cat "$work/one.err" >&2; return 1; }
+    read -r wall rss < "$work/one"
+    local size="-"
+    [ -n "$file" ] && size="$(stat -c %s "$file") bytes"
+    echo "| $label | $wall s | $((rss / 1024)) MiB | $size |"
+}
+one "untraced" "" "$work/many_stacks"
+rm -f "$work"/ms*.mlyze
+one "libtracer (program + writer)" "$work/ms.mlyze" env LD_PRELOAD="$LIB" TRACER_QUIET=1 TRACER_OUTPUT="$work/ms" "$work/many_stacks"
+one "tracer report" "" "$TRACER" report "$work/ms.mlyze"
+if [ $have_heaptrack = 1 ]; then
+    one "heaptrack -r" "" heaptrack -r -o "$work/ms-ht" "$work/many_stacks"
+fi
+rm -f "$work"/ms*.mlyze "$work"/ms-ht*
 echo
 
 echo "## Syscall capture (median of $RUNS runs; 800k small reads and writes on a pipe and a file)"
