@@ -1041,3 +1041,134 @@ fn the_cli_reads_our_files() {
     );
     let _: Value = serde_json::from_slice(&report.stdout).expect("report --json is JSON");
 }
+
+/// The calls `examples/fortified.c` makes through glibc's `_FORTIFY_SOURCE`
+/// entry points (`__read_chk`, `__open_2`, ...), from its source: recorded as
+/// the system calls they make, with the plain wrappers' arguments, and the
+/// buffers' contents with `TRACER_SYSCALL_DATA`.
+#[test]
+fn fortified_entry_points_are_captured_as_their_system_calls() {
+    use SyscallArg::*;
+    let cwd = fresh_dir("fortified-cwd");
+    let cmd = Cmd::new(example("fortified")).cwd(&cwd);
+    let run = run_traced(
+        &cmd,
+        &[("TRACER_FORMAT", "tlv"), ("TRACER_SYSCALL_DATA", "16")],
+    );
+    assert_eq!(
+        status_text(&run.output.status),
+        "exit 0",
+        "{}",
+        run.stderr()
+    );
+    let by_pid = syscall_traces(&run);
+    let (_, calls) = read_syscalls(&by_pid[&run.pid][0]);
+    let is = |c: &Syscall, m: &str| {
+        name(c) == "access" && matches!(c.args.first(), Some(Path(p)) if p == m.as_bytes())
+    };
+    let begin = calls
+        .iter()
+        .position(|c| is(c, "/tracer-fortified-begin"))
+        .expect("begin marker");
+    let end = calls
+        .iter()
+        .position(|c| is(c, "/tracer-fortified-end"))
+        .expect("end marker");
+    let got: Vec<(&str, Vec<SyscallArg>, i64, Option<i32>)> = calls[begin + 1..end]
+        .iter()
+        .map(|c| {
+            // Pointers differ from run to run: kept as "non-null" (1) or null (0).
+            let args = c
+                .args
+                .iter()
+                .map(|a| match a {
+                    Pointer(p) => Pointer(u64::from(*p != 0)),
+                    other => other.clone(),
+                })
+                .collect();
+            (name(c), args, c.result, c.errno)
+        })
+        .collect();
+    let buf = |s: &[u8]| Buffer {
+        len: s.len() as u64,
+        data: s.to_vec(),
+    };
+    let path = |s: &str| Path(s.as_bytes().to_vec());
+    const O_RDONLY: u64 = 0;
+    const ENOENT: i32 = 2;
+    let expected = vec![
+        (
+            "openat",
+            vec![Fd(AT_FDCWD), path("in.txt"), Flags(O_RDONLY)],
+            3,
+            None,
+        ),
+        ("read", vec![Fd(3), buf(b"01234"), Int(5)], 5, None),
+        (
+            "pread64",
+            vec![Fd(3), buf(b"2345"), Int(4), Int(2)],
+            4,
+            None,
+        ),
+        (
+            "pread64",
+            vec![Fd(3), buf(b"6789"), Int(4), Int(6)],
+            4,
+            None,
+        ),
+        (
+            "openat",
+            vec![Fd(AT_FDCWD), path("in.txt"), Flags(O_RDONLY | O_CLOEXEC)],
+            4,
+            None,
+        ),
+        (
+            "openat",
+            vec![Fd(AT_FDCWD), path("missing.txt"), Flags(O_RDONLY)],
+            -1,
+            Some(ENOENT),
+        ),
+        (
+            "openat",
+            vec![Fd(AT_FDCWD), path("in.txt"), Flags(O_RDONLY)],
+            5,
+            None,
+        ),
+        ("poll", vec![Pointer(1), Int(1), Int(0)], 1, None),
+        (
+            "ppoll",
+            vec![Pointer(1), Int(1), Pointer(1), Pointer(0), Int(8)],
+            1,
+            None,
+        ),
+        ("write", vec![Fd(7), buf(b"ping"), Int(4)], 4, None),
+        (
+            "recvfrom",
+            vec![
+                Fd(6),
+                buf(b"ping"),
+                Int(4),
+                Flags(0),
+                Pointer(0),
+                Pointer(0),
+            ],
+            4,
+            None,
+        ),
+        ("write", vec![Fd(7), buf(b"pong"), Int(4)], 4, None),
+        (
+            "recvfrom",
+            vec![
+                Fd(6),
+                buf(b"pong"),
+                Int(4),
+                Flags(0),
+                Pointer(0),
+                Pointer(0),
+            ],
+            4,
+            None,
+        ),
+    ];
+    assert_eq!(got, expected);
+}

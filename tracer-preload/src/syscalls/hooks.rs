@@ -495,6 +495,73 @@ wrap!(epoll_wait(ep: c_int, evs: *mut c_void, max: c_int, timeout: c_int) -> c_i
     a.int(i64::from(timeout));
 });
 
+// ------------------------------------------------------------------ fortified
+//
+// Programs built with `_FORTIFY_SOURCE` (Debian builds its packages so) call
+// these checking entry points where the compiler knows a buffer's size; glibc
+// implements them on its internal, non-interposable calls, so each is wrapped
+// here and recorded as the system call it makes, with the arguments of the
+// plain wrapper (the extra buffer size is glibc's check, not the kernel's).
+
+wrap!(__read_chk(fd: c_int, buf: *mut c_void, n: size_t, _buflen: size_t) -> ssize_t, nr::READ, |a, r| {
+    a.fd(fd);
+    a.data(buf, got(r));
+    a.int(n as i64);
+});
+wrap!(__pread_chk(fd: c_int, buf: *mut c_void, n: size_t, off: off_t, _buflen: size_t) -> ssize_t, nr::PREAD64, |a, r| {
+    a.fd(fd);
+    a.data(buf, got(r));
+    a.int(n as i64);
+    a.int(off);
+});
+wrap!(__pread64_chk(fd: c_int, buf: *mut c_void, n: size_t, off: off_t, _buflen: size_t) -> ssize_t, nr::PREAD64, |a, r| {
+    a.fd(fd);
+    a.data(buf, got(r));
+    a.int(n as i64);
+    a.int(off);
+});
+wrap!(__open_2(path: *const c_char, flags: c_int) -> c_int, nr::OPENAT, |a, _r| {
+    // glibc aborts an `__open_2` whose flags need a mode: there is none.
+    openat_args(a, AT_FDCWD, path, flags, 0)
+});
+wrap!(__open64_2(path: *const c_char, flags: c_int) -> c_int, nr::OPENAT, |a, _r| {
+    openat_args(a, AT_FDCWD, path, flags, 0)
+});
+wrap!(__openat_2(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int, nr::OPENAT, |a, _r| {
+    openat_args(a, dirfd, path, flags, 0)
+});
+wrap!(__openat64_2(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int, nr::OPENAT, |a, _r| {
+    openat_args(a, dirfd, path, flags, 0)
+});
+wrap!(__recv_chk(fd: c_int, buf: *mut c_void, n: size_t, _buflen: size_t, flags: c_int) -> ssize_t, nr::RECVFROM, |a, r| {
+    a.fd(fd);
+    a.data(buf, got(r));
+    a.int(n as i64);
+    a.flags(flags as u32 as u64);
+    a.ptr(core::ptr::null::<c_void>());
+    a.ptr(core::ptr::null::<c_void>());
+});
+wrap!(__recvfrom_chk(fd: c_int, buf: *mut c_void, n: size_t, _buflen: size_t, flags: c_int, addr: *mut c_void, alen: *mut socklen_t) -> ssize_t, nr::RECVFROM, |a, r| {
+    a.fd(fd);
+    a.data(buf, got(r));
+    a.int(n as i64);
+    a.flags(flags as u32 as u64);
+    a.ptr(addr);
+    a.ptr(alen);
+});
+wrap!(__poll_chk(fds: *mut c_void, n: libc::nfds_t, timeout: c_int, _fdslen: size_t) -> c_int, nr::POLL, |a, _r| {
+    a.ptr(fds);
+    a.int(n as i64);
+    a.int(i64::from(timeout));
+});
+wrap!(__ppoll_chk(fds: *mut c_void, n: libc::nfds_t, ts: *const c_void, mask: *const c_void, _fdslen: size_t) -> c_int, nr::PPOLL, |a, _r| {
+    a.ptr(fds);
+    a.int(n as i64);
+    a.ptr(ts);
+    a.ptr(mask);
+    a.int(8); // the signal set size glibc passes (_NSIG / 8)
+});
+
 // ------------------------------------------------------------------ %mem
 
 wrap!(mmap(addr: *mut c_void, len: size_t, prot: c_int, flags: c_int, fd: c_int, off: off_t) -> *mut c_void, nr::MMAP, |a, _r| {
