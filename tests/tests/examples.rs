@@ -148,3 +148,57 @@ fn abort_traced() {
 fn chain10_valgrind() {
     valgrind_says("chain10", CHAIN10);
 }
+
+/// `examples/crash.c`: 2,000 allocations of 32 bytes, every other one freed,
+/// then death by a signal (or the program's own handler).
+const CRASH: Figures = Figures::new(2000, 1000, 64_000, 32_000, 1000);
+
+/// Runs `crash MODE` natively and under libtracer: same output (what the
+/// program sees of signal dispositions included) and status, and a trace
+/// holding every event made before the signal.
+fn crash_traced(mode: &str) {
+    let cmd = Cmd::new(example("crash")).arg(mode);
+    let plain = cmd.run_plain();
+    let mut run = run_traced(&cmd, &[]);
+    assert_same_behaviour(&plain, &run, mode);
+    recover_spools(&mut run);
+    let trace = single_trace(&run);
+    assert_trace_figures(&trace, CRASH, mode);
+}
+
+/// Killed by SIGSEGV: every event before the fault is in the trace (the
+/// spool is flushed by our handler before the signal is raised again).
+#[test]
+fn crash_segv_traced() {
+    crash_traced("segv");
+}
+
+/// Killed by SIGTERM.
+#[test]
+fn crash_term_traced() {
+    crash_traced("term");
+}
+
+/// The program's own SIGSEGV handler replaces ours and runs (exit status 3).
+#[test]
+fn crash_handled_traced() {
+    crash_traced("handled");
+}
+
+/// CPython installs its KeyboardInterrupt handler only where it finds the
+/// default disposition, and reports the others as it finds them: with our
+/// fatal-signal handlers in place it must see the same as without.
+#[test]
+fn python_sees_the_same_signal_dispositions() {
+    let script = "import signal; print([str(signal.getsignal(s)) for s in \
+                  (signal.SIGINT, signal.SIGSEGV, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE)])";
+    let cmd = Cmd::new("python3").arg("-c").arg(script);
+    let plain = cmd.run_plain();
+    let run = run_traced(&cmd, &[]);
+    assert_same_behaviour(&plain, &run, "python3 signal.getsignal");
+    assert!(
+        String::from_utf8_lossy(&plain.stdout).contains("default_int_handler"),
+        "{}",
+        String::from_utf8_lossy(&plain.stdout)
+    );
+}

@@ -43,6 +43,8 @@ mod objects;
 mod preload;
 #[cfg_attr(test, allow(dead_code))]
 mod scan;
+#[cfg_attr(test, allow(dead_code))]
+mod signals;
 // The exported wrappers are not built into unit tests.
 mod sys;
 #[cfg_attr(test, allow(dead_code))]
@@ -225,6 +227,33 @@ execl_entry!(execle, hooks::EXECLE);
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn dlclose(handle: *mut c_void) -> c_int {
     hooks::dlclose(handle)
+}
+
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn sigaction(
+    sig: c_int,
+    act: *const libc::sigaction,
+    old: *mut libc::sigaction,
+) -> c_int {
+    signals::sigaction(sig, act, old)
+}
+
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn signal(sig: c_int, handler: libc::sighandler_t) -> libc::sighandler_t {
+    signals::replace_with(c"signal", sig, handler)
+}
+
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn bsd_signal(sig: c_int, handler: libc::sighandler_t) -> libc::sighandler_t {
+    signals::replace_with(c"bsd_signal", sig, handler)
+}
+
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn sysv_signal(
+    sig: c_int,
+    handler: libc::sighandler_t,
+) -> libc::sighandler_t {
+    signals::replace_with(c"sysv_signal", sig, handler)
 }
 
 #[cfg_attr(not(test), no_mangle)]

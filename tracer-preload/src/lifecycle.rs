@@ -362,7 +362,9 @@ pub fn constructor() {
     let enabled = config().is_some_and(|c| c.enabled);
     if !enabled || !start(None) {
         disable();
+        return;
     }
+    crate::signals::install();
 }
 
 /// Drops every early event and stops tracing for good.

@@ -1,0 +1,69 @@
+/* Death by a signal after many allocations, and what the program sees of
+ * signal dispositions.
+ *
+ * Usage: crash MODE   (MODE: segv, term, handled)
+ *
+ * Every mode first prints what sigaction() reports for SIGINT, SIGSEGV and
+ * SIGTERM ("default" for each, in a process started with default
+ * dispositions) and what signal(SIGHUP, SIG_DFL) returned ("default"), then
+ * makes 2,000 allocations of 32 bytes and frees every other one:
+ *   allocation calls 2,000, frees 1,000, bytes allocated 64,000,
+ *   live 32,000 bytes in 1,000 blocks.
+ * Then:
+ *   segv     writes through a null pointer: killed by SIGSEGV;
+ *   term     sends itself SIGTERM: killed by SIGTERM;
+ *   handled  installs its own SIGSEGV handler (it calls _exit(3)), then
+ *            writes through a null pointer: exit status 3.
+ */
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "out.h"
+
+static void *blocks[2000];
+
+static const char *disposition(int sig)
+{
+    struct sigaction old;
+    if (sigaction(sig, NULL, &old) != 0)
+        return "error";
+    if (old.sa_handler == SIG_DFL && !(old.sa_flags & SA_SIGINFO))
+        return "default";
+    if (old.sa_handler == SIG_IGN)
+        return "ignored";
+    return "handler";
+}
+
+static void on_segv(int sig)
+{
+    (void)sig;
+    _exit(3);
+}
+
+int main(int argc, char **argv)
+{
+    const char *mode = argc > 1 ? argv[1] : "segv";
+    out_str("SIGINT ");
+    out_str(disposition(SIGINT));
+    out_str(", SIGSEGV ");
+    out_str(disposition(SIGSEGV));
+    out_str(", SIGTERM ");
+    out_str(disposition(SIGTERM));
+    out_str("\nsignal(SIGHUP) was ");
+    out_str(signal(SIGHUP, SIG_DFL) == SIG_DFL ? "default\n" : "other\n");
+    for (int i = 0; i < 2000; i++) {
+        blocks[i] = malloc(32);
+        memset(blocks[i], i, 32);
+    }
+    for (int i = 0; i < 2000; i += 2)
+        free(blocks[i]);
+    if (strcmp(mode, "term") == 0) {
+        kill(getpid(), SIGTERM);
+    } else {
+        if (strcmp(mode, "handled") == 0)
+            signal(SIGSEGV, on_segv);
+        *(volatile int *)0 = 1;
+    }
+    return 0;
+}

@@ -1,0 +1,202 @@
+//! Fatal signals: the trace keeps every event up to the signal.
+//!
+//! A program killed by a signal whose default action ends it (a crash:
+//! SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGSYS; or SIGTERM, SIGINT, SIGHUP,
+//! SIGQUIT, SIGPIPE, SIGXCPU, SIGXFSZ) never reaches `exit`. For each such
+//! signal left at its default disposition when our constructor runs, a
+//! handler is installed that asks the writer to put everything queued into
+//! the files (the mlyze spool then holds every event; `tracer` reads it as
+//! it is, `tracer recover` finishes it), waits at most a second, and then
+//! raises the signal again with the default disposition restored, so the
+//! process dies of it exactly as it would have (status, core dump).
+//!
+//! The handler must not be visible to the program: `sigaction` queries
+//! of these signals report the default disposition while our handler is in
+//! place, and a handler the program installs (with `sigaction`, `signal`,
+//! `sysv_signal`, `bsd_signal` or `sigset`) replaces ours and reports the
+//! default as the previous one. (CPython, for one, installs its SIGINT
+//! handler only when it finds SIG_DFL there.) Only the raw `rt_sigaction`
+//! system call sees ours.
+
+use core::sync::atomic::{AtomicU64, Ordering};
+
+use libc::{c_int, c_void};
+
+use crate::{lifecycle, sys, tls};
+
+/// The signals handled.
+const FATAL: [c_int; 12] = [
+    libc::SIGSEGV,
+    libc::SIGBUS,
+    libc::SIGILL,
+    libc::SIGFPE,
+    libc::SIGSYS,
+    libc::SIGTERM,
+    libc::SIGINT,
+    libc::SIGHUP,
+    libc::SIGQUIT,
+    libc::SIGPIPE,
+    libc::SIGXCPU,
+    libc::SIGXFSZ,
+];
+
+/// Bit `n` set: our handler is installed for signal `n`.
+static OURS: AtomicU64 = AtomicU64::new(0);
+
+fn bit(sig: c_int) -> u64 {
+    if (1..64).contains(&sig) {
+        1 << sig
+    } else {
+        0
+    }
+}
+
+/// Whether our handler holds `sig`.
+pub fn is_ours(sig: c_int) -> bool {
+    OURS.load(Ordering::Acquire) & bit(sig) != 0
+}
+
+/// Our handler no longer holds `sig` (the program installed its own).
+pub fn forget(sig: c_int) {
+    OURS.fetch_and(!bit(sig), Ordering::AcqRel);
+}
+
+/// Installs the handler for every fatal signal still at its default.
+/// Called once by the constructor, before any thread of the program starts.
+pub fn install() {
+    for sig in FATAL {
+        // SAFETY: sigaction with a null new action only reads the current
+        // disposition into `old`, a valid local.
+        let mut old: libc::sigaction = unsafe { core::mem::zeroed() };
+        if unsafe { real_sigaction(sig, core::ptr::null(), &mut old) } != 0
+            || old.sa_sigaction != libc::SIG_DFL
+        {
+            continue;
+        }
+        // SAFETY: a zeroed sigaction is a valid value (empty mask); the
+        // handler is a function of the right type that lives as long as the
+        // process.
+        let mut act: libc::sigaction = unsafe { core::mem::zeroed() };
+        act.sa_sigaction =
+            on_fatal as extern "C" fn(c_int, *mut libc::siginfo_t, *mut c_void) as usize;
+        // Reset to the default on entry (so raising it again ends the
+        // process), not blocked while handled (so that raise is delivered at
+        // once), on the alternate stack when the thread has one (stack
+        // overflows).
+        act.sa_flags = libc::SA_SIGINFO | libc::SA_RESETHAND | libc::SA_NODEFER | libc::SA_ONSTACK;
+        OURS.fetch_or(bit(sig), Ordering::AcqRel);
+        // SAFETY: `act` is fully initialised; the old action is not wanted.
+        if unsafe { real_sigaction(sig, &act, core::ptr::null_mut()) } != 0 {
+            forget(sig);
+        }
+    }
+}
+
+extern "C" fn on_fatal(sig: c_int, _info: *mut libc::siginfo_t, _ctx: *mut c_void) {
+    // SA_RESETHAND restored the default: the next delivery ends the process.
+    forget(sig);
+    let saved = sys::errno();
+    {
+        let _g = tls::enter();
+        lifecycle::before_abort();
+    }
+    // SAFETY: tgkill on our own thread with a valid signal number; the
+    // disposition is the default now and the signal is not blocked (it was
+    // just delivered, and SA_NODEFER keeps it unblocked in the handler).
+    unsafe {
+        libc::syscall(libc::SYS_tgkill, sys::raw_getpid(), sys::raw_gettid(), sig);
+    }
+    // Still alive (the program raced us to a new handler): return to it.
+    sys::set_errno(saved);
+}
+
+type SigactionFn =
+    unsafe extern "C" fn(c_int, *const libc::sigaction, *mut libc::sigaction) -> c_int;
+
+/// glibc's `sigaction`.
+///
+/// # Safety
+/// Same contract as `sigaction(2)`.
+pub unsafe fn real_sigaction(
+    sig: c_int,
+    act: *const libc::sigaction,
+    old: *mut libc::sigaction,
+) -> c_int {
+    static REAL: AtomicU64 = AtomicU64::new(0);
+    let mut f = REAL.load(Ordering::Relaxed);
+    if f == 0 {
+        let _g = tls::enter();
+        // SAFETY: dlsym with RTLD_NEXT and a NUL-terminated name.
+        f = unsafe { libc::dlsym(libc::RTLD_NEXT, c"sigaction".as_ptr()) } as u64;
+        if f == 0 {
+            sys::set_errno(libc::ENOSYS);
+            return -1;
+        }
+        REAL.store(f, Ordering::Relaxed);
+    }
+    // SAFETY: the address is glibc's sigaction, of this type.
+    let f: SigactionFn = unsafe { core::mem::transmute::<usize, SigactionFn>(f as usize) };
+    // SAFETY: forwarded unchanged from our caller.
+    unsafe { f(sig, act, old) }
+}
+
+/// The `sigaction` the program sees: ours hidden behind the default.
+///
+/// # Safety
+/// Same contract as `sigaction(2)`.
+pub unsafe fn sigaction(
+    sig: c_int,
+    act: *const libc::sigaction,
+    old: *mut libc::sigaction,
+) -> c_int {
+    if !is_ours(sig) {
+        // SAFETY: forwarded unchanged.
+        return unsafe { real_sigaction(sig, act, old) };
+    }
+    // SAFETY: forwarded with the old action not asked for (it is ours).
+    let r = unsafe { real_sigaction(sig, act, core::ptr::null_mut()) };
+    if r == 0 {
+        if !act.is_null() {
+            forget(sig);
+        }
+        if !old.is_null() {
+            // SAFETY: the caller passed a writable sigaction; the default
+            // disposition is all zeros (SIG_DFL, empty mask, no flags).
+            unsafe { core::ptr::write(old, core::mem::zeroed()) };
+        }
+    }
+    r
+}
+
+/// For `signal` and its relatives: calls glibc's `name` and, when our handler
+/// was the one replaced, reports the default as the previous handler.
+///
+/// # Safety
+/// `name` is a NUL-terminated name of a function of type
+/// `fn(c_int, sighandler_t) -> sighandler_t`.
+pub unsafe fn replace_with(
+    name: &core::ffi::CStr,
+    sig: c_int,
+    handler: libc::sighandler_t,
+) -> libc::sighandler_t {
+    type F = unsafe extern "C" fn(c_int, libc::sighandler_t) -> libc::sighandler_t;
+    let real = {
+        let _g = tls::enter();
+        // SAFETY: dlsym with RTLD_NEXT and a NUL-terminated name.
+        unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) }
+    };
+    if real.is_null() {
+        sys::set_errno(libc::EINVAL);
+        return libc::SIG_ERR;
+    }
+    // SAFETY: glibc's function of that name has this type (caller's contract).
+    let f: F = unsafe { core::mem::transmute::<*mut c_void, F>(real) };
+    let ours = is_ours(sig);
+    // SAFETY: forwarded unchanged.
+    let prev = unsafe { f(sig, handler) };
+    if ours && prev != libc::SIG_ERR {
+        forget(sig);
+        return libc::SIG_DFL;
+    }
+    prev
+}
