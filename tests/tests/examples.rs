@@ -22,9 +22,13 @@ const CHAIN10: Figures = Figures::new(1, 0, 4242, 4242, 1);
 /// Runs `name` natively and under libtracer: same stdout and status, one trace
 /// with the expected figures (computed from the records and by `tracer report`).
 fn traced_matches(name: &str, expected: Figures) -> Trace {
-    let cmd = Cmd::new(example(name));
+    cmd_traced_matches(&Cmd::new(example(name)), name, expected)
+}
+
+/// [`traced_matches`] for any command line.
+fn cmd_traced_matches(cmd: &Cmd, name: &str, expected: Figures) -> Trace {
     let plain = cmd.run_plain();
-    let mut run = run_traced(&cmd, &[]);
+    let mut run = run_traced(cmd, &[]);
     assert_same_behaviour(&plain, &run, name);
     recover_spools(&mut run);
     let trace = single_trace(&run);
@@ -157,13 +161,7 @@ const CRASH: Figures = Figures::new(2000, 1000, 64_000, 32_000, 1000);
 /// program sees of signal dispositions included) and status, and a trace
 /// holding every event made before the signal.
 fn crash_traced(mode: &str) {
-    let cmd = Cmd::new(example("crash")).arg(mode);
-    let plain = cmd.run_plain();
-    let mut run = run_traced(&cmd, &[]);
-    assert_same_behaviour(&plain, &run, mode);
-    recover_spools(&mut run);
-    let trace = single_trace(&run);
-    assert_trace_figures(&trace, CRASH, mode);
+    cmd_traced_matches(&Cmd::new(example("crash")).arg(mode), mode, CRASH);
 }
 
 /// Killed by SIGSEGV: every event before the fault is in the trace (the

@@ -25,19 +25,24 @@ fn name(c: &Syscall) -> &'static str {
 /// The calls strictly between the example's two marker calls
 /// (`access("/tracer-syscalls-begin")` and `…-end`).
 fn between_markers(calls: &[Syscall]) -> Vec<Syscall> {
+    between(calls, "/tracer-syscalls-begin", "/tracer-syscalls-end")
+}
+
+/// The calls strictly between the failing `access(begin)` and `access(end)`.
+fn between(calls: &[Syscall], begin: &str, end: &str) -> Vec<Syscall> {
     let is = |c: &Syscall, m: &str| {
         name(c) == "access"
             && matches!(c.args.first(), Some(SyscallArg::Path(p)) if p == m.as_bytes())
     };
-    let begin = calls
+    let b = calls
         .iter()
-        .position(|c| is(c, "/tracer-syscalls-begin"))
+        .position(|c| is(c, begin))
         .expect("the begin marker call was captured");
-    let end = calls
+    let e = calls
         .iter()
-        .position(|c| is(c, "/tracer-syscalls-end"))
+        .position(|c| is(c, end))
         .expect("the end marker call was captured");
-    calls[begin + 1..end].to_vec()
+    calls[b + 1..e].to_vec()
 }
 
 /// One expected argument.
@@ -1063,32 +1068,22 @@ fn fortified_entry_points_are_captured_as_their_system_calls() {
     );
     let by_pid = syscall_traces(&run);
     let (_, calls) = read_syscalls(&by_pid[&run.pid][0]);
-    let is = |c: &Syscall, m: &str| {
-        name(c) == "access" && matches!(c.args.first(), Some(Path(p)) if p == m.as_bytes())
-    };
-    let begin = calls
-        .iter()
-        .position(|c| is(c, "/tracer-fortified-begin"))
-        .expect("begin marker");
-    let end = calls
-        .iter()
-        .position(|c| is(c, "/tracer-fortified-end"))
-        .expect("end marker");
-    let got: Vec<(&str, Vec<SyscallArg>, i64, Option<i32>)> = calls[begin + 1..end]
-        .iter()
-        .map(|c| {
-            // Pointers differ from run to run: kept as "non-null" (1) or null (0).
-            let args = c
-                .args
-                .iter()
-                .map(|a| match a {
-                    Pointer(p) => Pointer(u64::from(*p != 0)),
-                    other => other.clone(),
-                })
-                .collect();
-            (name(c), args, c.result, c.errno)
-        })
-        .collect();
+    let got: Vec<(&str, Vec<SyscallArg>, i64, Option<i32>)> =
+        between(&calls, "/tracer-fortified-begin", "/tracer-fortified-end")
+            .iter()
+            .map(|c| {
+                // Pointers differ from run to run: kept as "non-null" (1) or null (0).
+                let args = c
+                    .args
+                    .iter()
+                    .map(|a| match a {
+                        Pointer(p) => Pointer(u64::from(*p != 0)),
+                        other => other.clone(),
+                    })
+                    .collect();
+                (name(c), args, c.result, c.errno)
+            })
+            .collect();
     let buf = |s: &[u8]| Buffer {
         len: s.len() as u64,
         data: s.to_vec(),

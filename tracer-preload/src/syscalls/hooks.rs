@@ -420,21 +420,31 @@ wrap!(sendmsg(fd: c_int, msg: *const c_void, flags: c_int) -> ssize_t, nr::SENDM
     a.ptr(msg);
     a.flags(flags as u32 as u64);
 });
-wrap!(recv(fd: c_int, buf: *mut c_void, n: size_t, flags: c_int) -> ssize_t, nr::RECVFROM, |a, r| {
-    a.fd(fd);
-    a.data(buf, got(r));
-    a.int(n as i64);
-    a.flags(flags as u32 as u64);
-    a.ptr(core::ptr::null::<c_void>());
-    a.ptr(core::ptr::null::<c_void>());
-});
-wrap!(recvfrom(fd: c_int, buf: *mut c_void, n: size_t, flags: c_int, addr: *mut c_void, alen: *mut socklen_t) -> ssize_t, nr::RECVFROM, |a, r| {
+/// `recvfrom(fd, buf, n, flags, addr, alen)` that returned `r`.
+#[allow(clippy::too_many_arguments)]
+unsafe fn recvfrom_args(
+    a: &mut Args,
+    fd: c_int,
+    buf: *mut c_void,
+    r: ssize_t,
+    n: size_t,
+    flags: c_int,
+    addr: *mut c_void,
+    alen: *mut socklen_t,
+) {
     a.fd(fd);
     a.data(buf, got(r));
     a.int(n as i64);
     a.flags(flags as u32 as u64);
     a.ptr(addr);
     a.ptr(alen);
+}
+
+wrap!(recv(fd: c_int, buf: *mut c_void, n: size_t, flags: c_int) -> ssize_t, nr::RECVFROM, |a, r| {
+    recvfrom_args(a, fd, buf, r, n, flags, core::ptr::null_mut(), core::ptr::null_mut())
+});
+wrap!(recvfrom(fd: c_int, buf: *mut c_void, n: size_t, flags: c_int, addr: *mut c_void, alen: *mut socklen_t) -> ssize_t, nr::RECVFROM, |a, r| {
+    recvfrom_args(a, fd, buf, r, n, flags, addr, alen)
 });
 wrap!(recvmsg(fd: c_int, msg: *mut c_void, flags: c_int) -> ssize_t, nr::RECVMSG, |a, _r| {
     a.fd(fd);
@@ -534,20 +544,10 @@ wrap!(__openat64_2(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int, nr
     openat_args(a, dirfd, path, flags, 0)
 });
 wrap!(__recv_chk(fd: c_int, buf: *mut c_void, n: size_t, _buflen: size_t, flags: c_int) -> ssize_t, nr::RECVFROM, |a, r| {
-    a.fd(fd);
-    a.data(buf, got(r));
-    a.int(n as i64);
-    a.flags(flags as u32 as u64);
-    a.ptr(core::ptr::null::<c_void>());
-    a.ptr(core::ptr::null::<c_void>());
+    recvfrom_args(a, fd, buf, r, n, flags, core::ptr::null_mut(), core::ptr::null_mut())
 });
 wrap!(__recvfrom_chk(fd: c_int, buf: *mut c_void, n: size_t, _buflen: size_t, flags: c_int, addr: *mut c_void, alen: *mut socklen_t) -> ssize_t, nr::RECVFROM, |a, r| {
-    a.fd(fd);
-    a.data(buf, got(r));
-    a.int(n as i64);
-    a.flags(flags as u32 as u64);
-    a.ptr(addr);
-    a.ptr(alen);
+    recvfrom_args(a, fd, buf, r, n, flags, addr, alen)
 });
 wrap!(__poll_chk(fds: *mut c_void, n: libc::nfds_t, timeout: c_int, _fdslen: size_t) -> c_int, nr::POLL, |a, _r| {
     a.ptr(fds);
