@@ -298,13 +298,37 @@ const MEMO_FRAMES: usize = 64;
 struct Memo {
     generation: u64,
     entries: [Slot; MEMO_FRAMES],
+    /// The thread's recent rules by return address (direct-mapped): where
+    /// a capture's frames sit at other depths than the previous capture's
+    /// (an interpreter: python3's allocations come from call chains of
+    /// varying length, and the depth memo hits ~5% of its frames there),
+    /// the rule still comes from here instead of the global table.
+    by_ra: [Slot; BY_RA],
+}
+
+/// Entries of [`Memo::by_ra`] (24 bytes each).
+const BY_RA: usize = 256;
+
+/// `ip`'s rule from the thread's rules by address, else from `lookup`
+/// (and kept there).
+#[inline(always)]
+fn by_address(by_ra: &mut [Slot; BY_RA], ip: u64, lookup: &mut impl FnMut(u64) -> u64) -> Slot {
+    let h = &mut by_ra[(ip.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 56) as usize & (BY_RA - 1)];
+    if h.ra != ip {
+        *h = slot_of(ip, lookup(ip));
+    }
+    *h
 }
 
 thread_local! {
     // `const`-initialised, no destructor: static TLS, never allocates, usable
     // while the thread is torn down (as everything in `tls.rs`).
     static MEMO: core::cell::UnsafeCell<Memo> = const {
-        core::cell::UnsafeCell::new(Memo { generation: 0, entries: [EMPTY_SLOT; MEMO_FRAMES] })
+        core::cell::UnsafeCell::new(Memo {
+            generation: 0,
+            entries: [EMPTY_SLOT; MEMO_FRAMES],
+            by_ra: [EMPTY_SLOT; BY_RA],
+        })
     };
 }
 
@@ -344,32 +368,29 @@ fn readable(a: u64, lo: u64, hi: u64) -> bool {
 
 /// A rule unpacked for [`apply`]: no decoding and no branch on its kind on
 /// the hot path. `ra` is the return address the rule belongs to (the memo's
-/// key). The CFA register is `rsp ^ ((rsp ^ rbp) & base_mask)`.
+/// key). 24 bytes.
 ///
 /// The outermost frame ([`Rule::End`]) and a rule that is not representable
 /// ([`Rule::Complex`]) are both "CFA = rsp + 0", which fails the check
 /// `cfa > rsp` in [`apply`], so the walk stops after storing the frame as it
-/// must; only then is `complex` looked at (the capture goes to libgcc).
+/// must; only then is [`F_COMPLEX`] looked at (the capture goes to libgcc).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Slot {
     ra: u64,
     /// Added to the CFA register: the CFA.
-    cfa_off: u64,
+    cfa_off: u32,
     /// Added to the CFA register: where the caller's `rbp` was saved, or
     /// `cfa_off - 8` (the return address's own slot, read and discarded)
     /// when it was not.
-    rbp_at_off: u64,
-    /// All ones when the CFA register is `rbp`, else zero.
-    base_mask: u64,
-    /// All ones when the caller's `rbp` was saved, else zero (kept).
-    take_mask: u64,
+    rbp_at_off: i32,
     /// [`SHAPE_FP`], [`SHAPE_RSP`] or [`SHAPE_GENERAL`]: which branch of
     /// [`apply`] evaluates the rule.
     shape: u8,
-    complex: bool,
+    /// [`F_CFA_RBP`], [`F_RBP_SAVED`], [`F_COMPLEX`].
+    flags: u8,
 }
 
-/// Any rule: the masks and offsets of the slot.
+/// Any rule: the offsets and flags of the slot.
 const SHAPE_GENERAL: u8 = 0;
 /// The frame-pointer convention: CFA = rbp + 16, caller's rbp at CFA-16.
 const SHAPE_FP: u8 = 1;
@@ -377,17 +398,22 @@ const SHAPE_FP: u8 = 1;
 /// pointers).
 const SHAPE_RSP: u8 = 2;
 
+/// The CFA register is `rbp` (else `rsp`).
+const F_CFA_RBP: u8 = 1;
+/// The caller's `rbp` was saved (else it is unchanged).
+const F_RBP_SAVED: u8 = 2;
+/// Not representable: the capture goes to libgcc.
+const F_COMPLEX: u8 = 4;
+
 /// What an empty memo slot holds: address 0 and its rule (`compute(0)` finds
 /// no object: the outermost frame), so a slot that was never filled can be
 /// used like any other.
 const EMPTY_SLOT: Slot = Slot {
     ra: 0,
     cfa_off: 0,
-    rbp_at_off: 0u64.wrapping_sub(8),
-    base_mask: 0,
-    take_mask: 0,
+    rbp_at_off: -8,
     shape: SHAPE_GENERAL,
-    complex: false,
+    flags: 0,
 };
 
 /// Unpacks the encoded rule `v` of return address `ra` (check bits already
@@ -398,32 +424,27 @@ fn slot_of(ra: u64, v: u64) -> Slot {
         KIND_FRAME => {
             let saved = v & (1 << 60) != 0;
             let cfa_rbp = v & (1 << 61) != 0;
-            let cfa_off = (v >> 36) & 0xff_ffff;
-            let rbp_off = ((v >> 20) as u16 as i16) as i64 as u64;
+            // 24 bits: the sums below fit an i32.
+            let cfa_off = ((v >> 36) & 0xff_ffff) as u32;
+            let rbp_off = (v >> 20) as u16 as i16 as i32;
             Slot {
                 ra,
                 cfa_off,
-                rbp_at_off: cfa_off.wrapping_add(if saved {
-                    rbp_off
-                } else {
-                    0u64.wrapping_sub(8)
-                }),
-                base_mask: if cfa_rbp { !0 } else { 0 },
-                take_mask: if saved { !0 } else { 0 },
-                shape: if cfa_rbp && cfa_off == 16 && saved && rbp_off == 0u64.wrapping_sub(16) {
+                rbp_at_off: cfa_off as i32 + if saved { rbp_off } else { -8 },
+                shape: if cfa_rbp && cfa_off == 16 && saved && rbp_off == -16 {
                     SHAPE_FP
                 } else if !cfa_rbp && !saved {
                     SHAPE_RSP
                 } else {
                     SHAPE_GENERAL
                 },
-                complex: false,
+                flags: if cfa_rbp { F_CFA_RBP } else { 0 } | if saved { F_RBP_SAVED } else { 0 },
             }
         }
         KIND_END => Slot { ra, ..EMPTY_SLOT },
         _ => Slot {
             ra,
-            complex: true,
+            flags: F_COMPLEX,
             ..EMPTY_SLOT
         },
     }
@@ -463,7 +484,7 @@ fn apply(s: &Slot, rsp: u64, rbp: u64, lo: u64, hi: u64, span8: u64) -> Option<(
     }
     if s.shape == SHAPE_RSP {
         // rbp_at is the return address's slot: its test is implied.
-        let cfa = rsp.wrapping_add(s.cfa_off);
+        let cfa = rsp.wrapping_add(s.cfa_off as u64);
         if cfa <= rsp || cfa > hi || cfa & 7 != 0 {
             return None;
         }
@@ -471,16 +492,18 @@ fn apply(s: &Slot, rsp: u64, rbp: u64, lo: u64, hi: u64, span8: u64) -> Option<(
         let ra = unsafe { *((cfa - 8) as *const u64) };
         return Some((ra, cfa, rbp));
     }
-    let base = rsp ^ ((rsp ^ rbp) & s.base_mask);
-    let cfa = base.wrapping_add(s.cfa_off);
-    let rbp_at = base.wrapping_add(s.rbp_at_off);
+    let base_mask = 0u64.wrapping_sub((s.flags & F_CFA_RBP) as u64);
+    let take_mask = 0u64.wrapping_sub(((s.flags & F_RBP_SAVED) >> 1) as u64);
+    let base = rsp ^ ((rsp ^ rbp) & base_mask);
+    let cfa = base.wrapping_add(s.cfa_off as u64);
+    let rbp_at = base.wrapping_add(s.rbp_at_off as i64 as u64);
     if cfa <= rsp || cfa > hi || rbp_at.wrapping_sub(lo) > span8 || (cfa | rbp_at) & 7 != 0 {
         return None;
     }
     // SAFETY: [cfa - 8, cfa) and [rbp_at, rbp_at + 8) lie inside this
     // thread's stack (see above).
     let (ra, word) = unsafe { (*((cfa - 8) as *const u64), *(rbp_at as *const u64)) };
-    Some((ra, cfa, rbp ^ ((word ^ rbp) & s.take_mask)))
+    Some((ra, cfa, rbp ^ ((word ^ rbp) & take_mask)))
 }
 
 /// The memo walk where its precondition holds (always, for the registers
@@ -505,8 +528,9 @@ fn walk(
 }
 
 /// The walk: frame `k < MEMO_FRAMES` takes its rule from the memo when the
-/// return address is the one remembered there, from `lookup` (and into the
-/// memo) otherwise; deeper frames from `lookup` alone. `rsp` must be
+/// return address is the one remembered there; otherwise (and for deeper
+/// frames) from the thread's rules by address, or from `lookup` (and into
+/// both). `rsp` must be
 /// aligned and inside `[lo, hi]`, `hi - lo >= 8`.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
@@ -523,27 +547,29 @@ fn walk_memo(
     let generation = GENERATION.load(Ordering::Acquire);
     if memo.generation != generation {
         memo.entries = [EMPTY_SLOT; MEMO_FRAMES];
+        memo.by_ra = [EMPTY_SLOT; BY_RA];
         memo.generation = generation;
     }
     let span8 = hi - lo - 8;
     let head = buf.len().min(MEMO_FRAMES);
+    let Memo { entries, by_ra, .. } = memo;
     let mut n = 0;
     while n < buf.len() {
         buf[n] = ip;
         let fresh;
         let s = if n < head {
-            let e = &mut memo.entries[n];
+            let e = &mut entries[n];
             if e.ra != ip {
-                *e = slot_of(ip, lookup(ip));
+                *e = by_address(by_ra, ip, &mut lookup);
             }
             &*e
         } else {
-            fresh = slot_of(ip, lookup(ip));
+            fresh = by_address(by_ra, ip, &mut lookup);
             &fresh
         };
         n += 1;
         let Some((ra, cfa, next_rbp)) = apply(s, rsp, rbp, lo, hi, span8) else {
-            if s.complex {
+            if s.flags & F_COMPLEX != 0 {
                 return None;
             }
             break;
@@ -772,6 +798,7 @@ mod tests {
         let mut memo = Memo {
             generation: 0,
             entries: [EMPTY_SLOT; MEMO_FRAMES],
+            by_ra: [EMPTY_SLOT; BY_RA],
         };
         let mut compared = 0;
         let mut long = 0;
