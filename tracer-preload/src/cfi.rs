@@ -297,6 +297,8 @@ const MEMO_FRAMES: usize = 64;
 /// when code was unloaded since (see [`invalidate`]).
 struct Memo {
     generation: u64,
+    /// Captures left that skip the depth memo (see [`walk_memo`]).
+    by_address_runs: u32,
     entries: [Slot; MEMO_FRAMES],
     /// The thread's recent rules by return address (direct-mapped): where
     /// a capture's frames sit at other depths than the previous capture's
@@ -326,6 +328,7 @@ thread_local! {
     static MEMO: core::cell::UnsafeCell<Memo> = const {
         core::cell::UnsafeCell::new(Memo {
             generation: 0,
+            by_address_runs: 0,
             entries: [EMPTY_SLOT; MEMO_FRAMES],
             by_ra: [EMPTY_SLOT; BY_RA],
         })
@@ -383,8 +386,8 @@ struct Slot {
     /// `cfa_off - 8` (the return address's own slot, read and discarded)
     /// when it was not.
     rbp_at_off: i32,
-    /// [`SHAPE_FP`], [`SHAPE_RSP`] or [`SHAPE_GENERAL`]: which branch of
-    /// [`apply`] evaluates the rule.
+    /// [`SHAPE_FP`], [`SHAPE_RSP`], [`SHAPE_RSP_SAVED`] or
+    /// [`SHAPE_GENERAL`]: which branch of [`apply`] evaluates the rule.
     shape: u8,
     /// [`F_CFA_RBP`], [`F_RBP_SAVED`], [`F_COMPLEX`].
     flags: u8,
@@ -397,6 +400,9 @@ const SHAPE_FP: u8 = 1;
 /// CFA = rsp + offset, rbp not saved (leaf code, code without frame
 /// pointers).
 const SHAPE_RSP: u8 = 2;
+/// CFA = rsp + offset, the caller's rbp saved (code without frame pointers
+/// that uses rbp as an ordinary callee-saved register: most of python3).
+const SHAPE_RSP_SAVED: u8 = 3;
 
 /// The CFA register is `rbp` (else `rsp`).
 const F_CFA_RBP: u8 = 1;
@@ -435,6 +441,8 @@ fn slot_of(ra: u64, v: u64) -> Slot {
                     SHAPE_FP
                 } else if !cfa_rbp && !saved {
                     SHAPE_RSP
+                } else if !cfa_rbp {
+                    SHAPE_RSP_SAVED
                 } else {
                     SHAPE_GENERAL
                 },
@@ -462,10 +470,11 @@ fn slot_of(ra: u64, v: u64) -> Slot {
 /// comparisons. `span8` is `hi - lo - 8`: `a - lo <= span8` (wrapping) is
 /// `lo <= a && a + 8 <= hi`.
 ///
-/// The two common shapes get branches of their own (the same tests, with
+/// The three common shapes get branches of their own (the same tests, with
 /// what their rule makes constant folded in): the processor predicts the
 /// branch and starts the next frame's loads from `rbp` (frame pointers) or
-/// `rsp` alone, instead of waiting for the slot's masks. Other rules read
+/// `rsp` alone, instead of waiting for the slot's flags (and, through the
+/// CFA register's selection, for the rbp just loaded). Other rules read
 /// both words whatever the rule, so their loads wait on no branch.
 #[inline(always)]
 fn apply(s: &Slot, rsp: u64, rbp: u64, lo: u64, hi: u64, span8: u64) -> Option<(u64, u64, u64)> {
@@ -491,6 +500,18 @@ fn apply(s: &Slot, rsp: u64, rbp: u64, lo: u64, hi: u64, span8: u64) -> Option<(
         // SAFETY: [cfa - 8, cfa) lies inside this thread's stack.
         let ra = unsafe { *((cfa - 8) as *const u64) };
         return Some((ra, cfa, rbp));
+    }
+    if s.shape == SHAPE_RSP_SAVED {
+        // The general tests with base = rsp: the next CFA depends on rsp
+        // alone, not on the rbp just loaded.
+        let cfa = rsp.wrapping_add(s.cfa_off as u64);
+        let rbp_at = rsp.wrapping_add(s.rbp_at_off as i64 as u64);
+        if cfa <= rsp || cfa > hi || rbp_at.wrapping_sub(lo) > span8 || (cfa | rbp_at) & 7 != 0 {
+            return None;
+        }
+        // SAFETY: both words checked above to lie inside this thread's stack.
+        let (ra, saved) = unsafe { (*((cfa - 8) as *const u64), *(rbp_at as *const u64)) };
+        return Some((ra, cfa, saved));
     }
     let base_mask = 0u64.wrapping_sub((s.flags & F_CFA_RBP) as u64);
     let take_mask = 0u64.wrapping_sub(((s.flags & F_RBP_SAVED) >> 1) as u64);
@@ -537,9 +558,9 @@ fn walk(
 fn walk_memo(
     memo: &mut Memo,
     buf: &mut [u64],
-    mut ip: u64,
-    mut rsp: u64,
-    mut rbp: u64,
+    ip: u64,
+    rsp: u64,
+    rbp: u64,
     lo: u64,
     hi: u64,
     mut lookup: impl FnMut(u64) -> u64,
@@ -552,7 +573,21 @@ fn walk_memo(
     }
     let span8 = hi - lo - 8;
     let head = buf.len().min(MEMO_FRAMES);
-    let Memo { entries, by_ra, .. } = memo;
+    let Memo {
+        entries,
+        by_ra,
+        by_address_runs,
+        ..
+    } = memo;
+    if *by_address_runs > 0 {
+        // The depth memo missed most frames lately: rules by address only.
+        *by_address_runs -= 1;
+        return walk_frames(buf, ip, rsp, rbp, lo, hi, span8, |_, ip| {
+            by_address(by_ra, ip, &mut lookup)
+        });
+    }
+    let (mut ip, mut rsp, mut rbp) = (ip, rsp, rbp);
+    let mut misses = 0usize;
     let mut n = 0;
     while n < buf.len() {
         buf[n] = ip;
@@ -560,6 +595,7 @@ fn walk_memo(
         let s = if n < head {
             let e = &mut entries[n];
             if e.ra != ip {
+                misses += 1;
                 *e = by_address(by_ra, ip, &mut lookup);
             }
             &*e
@@ -569,6 +605,50 @@ fn walk_memo(
         };
         n += 1;
         let Some((ra, cfa, next_rbp)) = apply(s, rsp, rbp, lo, hi, span8) else {
+            if s.flags & F_COMPLEX != 0 {
+                return None;
+            }
+            break;
+        };
+        rbp = next_rbp;
+        rsp = cfa;
+        if ra == 0 {
+            break;
+        }
+        ip = ra;
+    }
+    let got = Some(n);
+    if misses * 2 > n {
+        // More than half of the frames were not where the previous
+        // capture had them (an interpreter's call chains of varying
+        // length): the comparison per frame is then a branch the processor
+        // mispredicts often, for little, so the next captures skip it; the
+        // depth memo is tried again after them.
+        *by_address_runs = 63;
+    }
+    got
+}
+
+/// The frame loop of [`walk_memo`] without the depth memo: `slot_for(k,
+/// ip)` is frame `k`'s rule.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn walk_frames(
+    buf: &mut [u64],
+    mut ip: u64,
+    mut rsp: u64,
+    mut rbp: u64,
+    lo: u64,
+    hi: u64,
+    span8: u64,
+    mut slot_for: impl FnMut(usize, u64) -> Slot,
+) -> Option<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        buf[n] = ip;
+        let s = slot_for(n, ip);
+        n += 1;
+        let Some((ra, cfa, next_rbp)) = apply(&s, rsp, rbp, lo, hi, span8) else {
             if s.flags & F_COMPLEX != 0 {
                 return None;
             }
@@ -797,6 +877,7 @@ mod tests {
         };
         let mut memo = Memo {
             generation: 0,
+            by_address_runs: 0,
             entries: [EMPTY_SLOT; MEMO_FRAMES],
             by_ra: [EMPTY_SLOT; BY_RA],
         };
