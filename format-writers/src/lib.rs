@@ -16,6 +16,7 @@ pub mod bytes;
 pub mod callgrind;
 pub mod dumpalloc;
 pub mod error;
+mod fasthash;
 pub mod folded;
 pub mod malt;
 pub mod mlyze;

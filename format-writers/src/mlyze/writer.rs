@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use super::spool::{self, entry};
 use super::{header, ALLOC, FREE, GC, MARKER, SLOTS};
 use crate::bytes::put_varint;
+use crate::fasthash::FastMap;
 use crate::model::{
     Event, Frame, LeakKind, Object, Process, Record, StackId, Symbol, Thread, ThreadId,
 };
@@ -356,7 +357,7 @@ impl Tables {
     /// Streams the metadata JSON into `j` (no copy of the whole document is
     /// built: with many stacks it is the largest thing the writer makes).
     pub fn write_metadata<J: Write + ?Sized>(&self, j: &mut J) -> io::Result<()> {
-        let mut late: HashMap<u64, (u32, u32, u32)> = HashMap::new();
+        let mut late: FastMap<u64, (u32, u32, u32)> = FastMap::default();
         if self.unresolved.is_some() {
             for &(addr, func, file, line) in &self.address_symbols {
                 late.insert(addr, (func, file, line));
@@ -377,10 +378,7 @@ impl Tables {
                     _ => (f.func, f.file, f.line),
                 };
                 sep(j, k)?;
-                write!(
-                    j,
-                    "{{\"file_id\":{file},\"line\":{line},\"func_id\":{func}}}"
-                )?;
+                put_frame(j, file, line, func)?;
             }
             j.write_all(b"]")?;
         }
@@ -403,7 +401,8 @@ impl Tables {
             write!(j, "\"{id}\":[")?;
             for (k, f) in frames.iter().rev().enumerate() {
                 sep(j, k)?;
-                write!(j, "{}", f.addr)?;
+                let mut d = Digits::new();
+                j.write_all(d.of(f.addr))?;
             }
             j.write_all(b"]")?;
         }
@@ -952,9 +951,96 @@ impl<W: Write> Writer<W> {
     }
 }
 
+/// Decimal digits of an integer, without `core::fmt` (the metadata writes
+/// one or four integers for every frame of every stack, twice: counting,
+/// then writing; through `write!` that was most of the writer's time at
+/// exit for a trace with thousands of deep stacks).
+struct Digits([u8; 20]);
+
+impl Digits {
+    fn new() -> Self {
+        Digits([0; 20])
+    }
+
+    fn of(&mut self, mut v: u64) -> &[u8] {
+        const PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819\
+            2021222324252627282930313233343536373839\
+            4041424344454647484950515253545556575859\
+            6061626364656667686970717273747576777879\
+            8081828384858687888990919293949596979899";
+        let mut i = self.0.len();
+        while v >= 100 {
+            let p = (v % 100) as usize * 2;
+            v /= 100;
+            i -= 2;
+            self.0[i..i + 2].copy_from_slice(&PAIRS[p..p + 2]);
+        }
+        if v >= 10 {
+            let p = v as usize * 2;
+            i -= 2;
+            self.0[i..i + 2].copy_from_slice(&PAIRS[p..p + 2]);
+        } else {
+            i -= 1;
+            self.0[i] = b'0' + v as u8;
+        }
+        &self.0[i..]
+    }
+}
+
+/// One frame object of `stack_traces`, in one write.
+fn put_frame<J: Write + ?Sized>(j: &mut J, file: u32, line: u32, func: u32) -> io::Result<()> {
+    let mut buf = [0u8; 80];
+    let mut n = 0;
+    let mut d = Digits::new();
+    for (text, v) in [
+        (&b"{\"file_id\":"[..], file),
+        (&b",\"line\":"[..], line),
+        (&b",\"func_id\":"[..], func),
+    ] {
+        buf[n..n + text.len()].copy_from_slice(text);
+        n += text.len();
+        let digits = d.of(u64::from(v));
+        buf[n..n + digits.len()].copy_from_slice(digits);
+        n += digits.len();
+    }
+    buf[n] = b'}';
+    j.write_all(&buf[..=n])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn digits_and_frames_are_what_core_fmt_writes() {
+        let mut d = Digits::new();
+        for v in [
+            0,
+            1,
+            9,
+            10,
+            11,
+            99,
+            100,
+            101,
+            999,
+            1000,
+            65_535,
+            1 << 32,
+            u64::MAX - 1,
+            u64::MAX,
+        ] {
+            assert_eq!(d.of(v), v.to_string().as_bytes(), "{v}");
+        }
+        for (file, line, func) in [(0, 0, 0), (1, 105, 37), (u32::MAX, u32::MAX, u32::MAX)] {
+            let mut out = Vec::new();
+            put_frame(&mut out, file, line, func).unwrap();
+            assert_eq!(
+                String::from_utf8(out).unwrap(),
+                format!("{{\"file_id\":{file},\"line\":{line},\"func_id\":{func}}}")
+            );
+        }
+    }
 
     #[test]
     fn trie_reads_back_every_stack_and_shares_outer_frames() {
