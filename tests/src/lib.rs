@@ -104,10 +104,17 @@ pub fn fresh_dir(label: &str) -> PathBuf {
 /// Compiles `examples/<name>.c` (or `.cpp`) once per test process with
 /// `-O0 -g -fno-omit-frame-pointer -pthread` and returns the binary.
 pub fn example(name: &str) -> PathBuf {
+    example_with(name, &["-O0", "-g", "-fno-omit-frame-pointer", "-pthread"])
+}
+
+/// Compiles `examples/<name>.c` (or `.cpp`) once per test process with these
+/// flags (and `-Wall`) and returns the binary.
+pub fn example_with(name: &str, flags: &[&str]) -> PathBuf {
     static CACHE: OnceLock<Mutex<HashMap<String, PathBuf>>> = OnceLock::new();
     let cache = CACHE.get_or_init(|| Mutex::new(HashMap::new()));
     let mut cache = cache.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(p) = cache.get(name) {
+    let key = format!("{name} {}", flags.join(" "));
+    if let Some(p) = cache.get(&key) {
         return p.clone();
     }
     let examples = repo_root().join("examples");
@@ -116,13 +123,14 @@ pub fn example(name: &str) -> PathBuf {
     } else {
         (examples.join(format!("{name}.cpp")), "g++")
     };
-    let bin_dir = process_scratch().join("bin");
-    fs::create_dir_all(&bin_dir).expect("bin dir");
+    // One directory per set of flags; examples in subdirectories
+    // (`leaks/direct`) get the same subdirectory.
+    let bin_dir = process_scratch().join(format!("bin-{}", cache.len()));
     let out = bin_dir.join(name);
-    // Examples in subdirectories (`leaks/direct`) get the same subdirectory.
-    fs::create_dir_all(out.parent().unwrap_or(&bin_dir)).expect("bin subdir");
+    fs::create_dir_all(out.parent().unwrap_or(&bin_dir)).expect("bin dir");
     let result = Command::new(compiler)
-        .args(["-O0", "-g", "-fno-omit-frame-pointer", "-pthread", "-Wall"])
+        .args(flags)
+        .arg("-Wall")
         .arg("-o")
         .arg(&out)
         .arg(&src)
@@ -134,7 +142,7 @@ pub fn example(name: &str) -> PathBuf {
         src.display(),
         String::from_utf8_lossy(&result.stderr)
     );
-    cache.insert(name.to_string(), out.clone());
+    cache.insert(key, out.clone());
     out
 }
 
@@ -666,34 +674,43 @@ pub struct Valgrind {
     pub command: String,
 }
 
-/// Runs `cmd` under valgrind memcheck (no freeres, no children followed
-/// across exec), one log per process; returns the program's output and the
-/// summaries keyed by pid.
-pub fn valgrind(cmd: &Cmd) -> (Output, BTreeMap<u32, Valgrind>) {
+/// Runs `cmd` under valgrind memcheck with `extra` options, no freeres and no
+/// children followed across exec, one log per process; returns the
+/// program's output and each process's log text with its pid.
+fn memcheck(cmd: &Cmd, extra: &[&str]) -> (Output, Vec<(u32, String)>) {
     let dir = fresh_dir("valgrind");
-    let prefix: Vec<OsString> = vec![
-        "valgrind".into(),
-        "--tool=memcheck".into(),
+    let mut prefix: Vec<OsString> = vec!["valgrind".into(), "--tool=memcheck".into()];
+    prefix.extend(extra.iter().map(OsString::from));
+    prefix.extend([
         "--run-libc-freeres=no".into(),
         "--run-cxx-freeres=no".into(),
         "--trace-children=no".into(),
         format!("--log-file={}/vg.%p", dir.display()).into(),
-    ];
+    ]);
     let output = cmd
         .command(&prefix)
         .output()
         .unwrap_or_else(|e| panic!("cannot run valgrind: {e}"));
-    let mut result = BTreeMap::new();
+    let mut logs = Vec::new();
     for entry in fs::read_dir(&dir).expect("valgrind log dir").flatten() {
         let name = entry.file_name().to_string_lossy().to_string();
         let Some(pid) = name.strip_prefix("vg.").and_then(|p| p.parse::<u32>().ok()) else {
             continue;
         };
-        let text = fs::read_to_string(entry.path()).expect("valgrind log");
-        if let Some(v) = parse_valgrind(&text) {
-            result.insert(pid, v);
-        }
+        logs.push((pid, fs::read_to_string(entry.path()).expect("valgrind log")));
     }
+    logs.sort_by_key(|l| l.0);
+    (output, logs)
+}
+
+/// Runs `cmd` under valgrind memcheck (see [`memcheck`]); returns the
+/// program's output and the heap summaries keyed by pid.
+pub fn valgrind(cmd: &Cmd) -> (Output, BTreeMap<u32, Valgrind>) {
+    let (output, logs) = memcheck(cmd, &[]);
+    let result = logs
+        .into_iter()
+        .filter_map(|(pid, text)| parse_valgrind(&text).map(|v| (pid, v)))
+        .collect();
     (output, result)
 }
 
@@ -932,37 +949,19 @@ pub fn parse_valgrind_leaks(log: &str) -> Option<ValgrindLeaks> {
     seen.then_some(v)
 }
 
-/// Runs `cmd` under memcheck with `--leak-check=full --show-leak-kinds=all
-/// --run-libc-freeres=no --run-cxx-freeres=no`, one log per process.
+/// Runs `cmd` under memcheck with `--leak-check=full --show-leak-kinds=all`
+/// (see [`memcheck`]), one leak summary per process, in pid order.
 pub fn valgrind_leaks(cmd: &Cmd) -> (Output, Vec<ValgrindLeaks>) {
-    let dir = fresh_dir("valgrind-leaks");
-    let prefix: Vec<OsString> = vec![
-        "valgrind".into(),
-        "--tool=memcheck".into(),
-        "--leak-check=full".into(),
-        "--show-leak-kinds=all".into(),
-        "--run-libc-freeres=no".into(),
-        "--run-cxx-freeres=no".into(),
-        "--trace-children=no".into(),
-        format!("--log-file={}/vg.%p", dir.display()).into(),
-    ];
-    let output = cmd
-        .command(&prefix)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run valgrind: {e}"));
-    let mut result = Vec::new();
-    for entry in fs::read_dir(&dir).expect("valgrind log dir").flatten() {
-        let name = entry.file_name().to_string_lossy().to_string();
-        let Some(pid) = name.strip_prefix("vg.").and_then(|p| p.parse::<u32>().ok()) else {
-            continue;
-        };
-        let text = fs::read_to_string(entry.path()).expect("valgrind log");
-        let mut v = parse_valgrind_leaks(&text)
-            .unwrap_or_else(|| panic!("no leak summary in valgrind's log:\n{text}"));
-        v.pid = pid;
-        result.push(v);
-    }
-    result.sort_by_key(|v| v.pid);
+    let (output, logs) = memcheck(cmd, &["--leak-check=full", "--show-leak-kinds=all"]);
+    let result = logs
+        .into_iter()
+        .map(|(pid, text)| {
+            let mut v = parse_valgrind_leaks(&text)
+                .unwrap_or_else(|| panic!("no leak summary in valgrind's log:\n{text}"));
+            v.pid = pid;
+            v
+        })
+        .collect();
     (output, result)
 }
 

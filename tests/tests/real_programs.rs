@@ -220,6 +220,14 @@ fn gcc_compile() {
     }
 }
 
+/// The allocation benchmark built as it is measured without frame pointers.
+fn alloc_chain_nofp() -> std::path::PathBuf {
+    example_with(
+        "bench/alloc_chain",
+        &["-O2", "-g", "-fomit-frame-pointer", "-pthread"],
+    )
+}
+
 /// `TRACER_UNWIND_VERIFY=1` repeats every stack capture without the
 /// per-thread memo of the previous capture (each frame's rule from the
 /// global table) and reports any difference. Programs built without frame
@@ -227,18 +235,7 @@ fn gcc_compile() {
 /// `-fomit-frame-pointer`), so every frame goes through the CFI rules.
 #[test]
 fn memoized_unwinding_equals_the_table_walk() {
-    let chain = fresh_dir("unwind-verify-bin").join("alloc_chain_nofp");
-    let cc = std::process::Command::new("gcc")
-        .args(["-O2", "-g", "-fomit-frame-pointer", "-pthread", "-o"])
-        .arg(&chain)
-        .arg(repo_root().join("examples/bench/alloc_chain.c"))
-        .output()
-        .expect("gcc");
-    assert!(
-        cc.status.success(),
-        "{}",
-        String::from_utf8_lossy(&cc.stderr)
-    );
+    let chain = alloc_chain_nofp();
     let cmds = [
         Cmd::new("/usr/bin/python3")
             .arg("-I")
@@ -266,18 +263,7 @@ fn memoized_unwinding_equals_the_table_walk() {
 /// in order (the six innermost forks are known from the block's size).
 #[test]
 fn alloc_chain_without_frame_pointers_has_exact_stacks() {
-    let chain = fresh_dir("unwind-chain-bin").join("alloc_chain_nofp");
-    let cc = std::process::Command::new("gcc")
-        .args(["-O2", "-g", "-fomit-frame-pointer", "-pthread", "-o"])
-        .arg(&chain)
-        .arg(repo_root().join("examples/bench/alloc_chain.c"))
-        .output()
-        .expect("gcc");
-    assert!(
-        cc.status.success(),
-        "{}",
-        String::from_utf8_lossy(&cc.stderr)
-    );
+    let chain = alloc_chain_nofp();
     let run = run_traced(&Cmd::new(&chain).arg("8192"), &[]);
     assert!(run.output.status.success(), "{}", run.stderr());
     let t = single_trace(&run);

@@ -7,7 +7,7 @@
 use std::ffi::OsStr;
 use std::io::BufWriter;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 
 use format_writers::{
     dumpalloc, mlyze, Alloc, Event, Format, Frame, Free, Marker, Object, Process, Record, Stack,
@@ -15,62 +15,8 @@ use format_writers::{
 };
 use serde_json::Value;
 
-const TRACER: &str = env!("CARGO_BIN_EXE_tracer");
-
-fn tracer<S: AsRef<OsStr>>(args: &[S]) -> Output {
-    Command::new(TRACER)
-        .args(args)
-        .env_remove("TRACER_LIB")
-        .output()
-        .expect("spawn tracer")
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-/// A fresh directory for one test, removed when the test passes (kept for a
-/// look when it fails).
-struct Scratch(PathBuf);
-
-impl std::ops::Deref for Scratch {
-    type Target = Path;
-    fn deref(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        if !std::thread::panicking() && std::env::var_os("TRACER_BENCH_KEEP").is_none() {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-}
-
-fn scratch(name: &str) -> Scratch {
-    let dir = std::env::temp_dir().join(format!("tracer-cli-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    Scratch(dir)
-}
-
-fn write_trace(path: &Path, format: Format, records: &[Record]) {
-    let file = std::fs::File::create(path).unwrap();
-    let out = BufWriter::new(file);
-    let mut w: Box<dyn TraceWriter> = match format {
-        Format::Dumpalloc => Box::new(dumpalloc::Writer::new(out)),
-        Format::Mlyze => Box::new(mlyze::Writer::new(out)),
-        Format::Tlv => Box::new(format_writers::tlv::Writer::new(out)),
-    };
-    for r in records {
-        w.write(r).unwrap();
-    }
-    w.finish().unwrap();
-}
+mod common;
+use common::*;
 
 /// Start of the scenario: 2020-09-13 12:26:40 UTC, a whole number of
 /// microseconds (mlyze keeps microseconds).

@@ -5,76 +5,16 @@
 //! derived in the comment of [`scanned`] from the records themselves.
 
 use std::ffi::{OsStr, OsString};
-use std::io::BufWriter;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::Path;
+use std::process::Command;
 
 use format_writers::{
-    dumpalloc, mlyze, Alloc, Event, Format, Frame, Free, LeakKind, Object, Process, Record, Stack,
-    Symbol, TraceWriter,
+    Alloc, Event, Format, Frame, Free, LeakKind, Object, Process, Record, Stack, Symbol,
 };
 use serde_json::Value;
 
-const TRACER: &str = env!("CARGO_BIN_EXE_tracer");
-
-fn tracer_env<S: AsRef<OsStr>>(args: &[S], env: &[(&str, &OsStr)]) -> Output {
-    let mut c = Command::new(TRACER);
-    c.args(args)
-        .env_remove("TRACER_LIB")
-        .env_remove("TRACER_SUPPRESSIONS");
-    for (k, v) in env {
-        c.env(k, v);
-    }
-    c.output().expect("spawn tracer")
-}
-
-fn tracer<S: AsRef<OsStr>>(args: &[S]) -> Output {
-    tracer_env(args, &[])
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-struct Scratch(PathBuf);
-
-impl std::ops::Deref for Scratch {
-    type Target = Path;
-    fn deref(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        if !std::thread::panicking() {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-}
-
-fn scratch(name: &str) -> Scratch {
-    let dir = std::env::temp_dir().join(format!("tracer-leaks-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    Scratch(dir)
-}
-
-fn write_trace(path: &Path, format: Format, records: &[Record]) {
-    let out = BufWriter::new(std::fs::File::create(path).unwrap());
-    let mut w: Box<dyn TraceWriter> = match format {
-        Format::Dumpalloc => Box::new(dumpalloc::Writer::new(out)),
-        Format::Mlyze => Box::new(mlyze::Writer::new(out)),
-        Format::Tlv => unreachable!(),
-    };
-    for r in records {
-        w.write(r).unwrap();
-    }
-    w.finish().unwrap();
-}
+mod common;
+use common::*;
 
 const S: u64 = 1_600_000_000_000_000_000;
 

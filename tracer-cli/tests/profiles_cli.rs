@@ -6,53 +6,14 @@
 //! JSON sections (named where asserted). None comes from our own output.
 
 use std::ffi::OsStr;
-use std::io::BufWriter;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
-use format_writers::{
-    dumpalloc, Alloc, Event, Frame, Free, Object, Process, Record, Stack, Symbol, TraceWriter,
-};
+use format_writers::{Alloc, Event, Format, Frame, Free, Object, Process, Record, Stack, Symbol};
 use serde_json::Value;
 
-const TRACER: &str = env!("CARGO_BIN_EXE_tracer");
-
-fn tracer<S: AsRef<OsStr>>(args: &[S]) -> Output {
-    Command::new(TRACER)
-        .args(args)
-        .env_remove("TRACER_LIB")
-        .output()
-        .expect("spawn tracer")
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-/// A fresh directory, removed when the test passes.
-struct Scratch(PathBuf);
-
-impl std::ops::Deref for Scratch {
-    type Target = Path;
-    fn deref(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        if !std::thread::panicking() {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-}
-
-fn scratch(name: &str) -> Scratch {
-    let dir = std::env::temp_dir().join(format!("tracer-prof-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    Scratch(dir)
-}
+mod common;
+use common::*;
 
 fn sample(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -167,12 +128,7 @@ fn scenario() -> Vec<Record> {
 }
 
 fn write_scenario(path: &Path) {
-    let out = BufWriter::new(std::fs::File::create(path).unwrap());
-    let mut w: Box<dyn TraceWriter> = Box::new(dumpalloc::Writer::new(out));
-    for r in scenario() {
-        w.write(&r).unwrap();
-    }
-    w.finish().unwrap();
+    write_trace(path, Format::Dumpalloc, &scenario());
 }
 
 fn convert(input: &Path, to: &str, out: &Path, extra: &[&str]) -> Output {
