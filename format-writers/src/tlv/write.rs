@@ -334,6 +334,52 @@ pub(super) fn encode_syscall_view(e: &mut Enc<'_>, v: &SyscallView<'_>) -> io::R
     encode_call(e, v, v.args.len(), v.args.iter().copied())
 }
 
+/// `v` in the segment's byte order (`big`: big-endian).
+#[inline(always)]
+fn ne16(big: bool, v: u16) -> [u8; 2] {
+    if big {
+        v.to_be_bytes()
+    } else {
+        v.to_le_bytes()
+    }
+}
+
+#[inline(always)]
+fn ne32(big: bool, v: u32) -> [u8; 4] {
+    if big {
+        v.to_be_bytes()
+    } else {
+        v.to_le_bytes()
+    }
+}
+
+#[inline(always)]
+fn ne64(big: bool, v: u64) -> [u8; 8] {
+    if big {
+        v.to_be_bytes()
+    } else {
+        v.to_le_bytes()
+    }
+}
+
+/// The flags byte of a syscall segment: which optional fields follow.
+fn flag_bits(s: &SyscallView<'_>) -> u8 {
+    let mut f = 0;
+    if s.thread.is_some() {
+        f |= flags::THREAD;
+    }
+    if s.time_ns.is_some() {
+        f |= flags::TIMESTAMP;
+    }
+    if s.duration_ns.is_some() {
+        f |= flags::DURATION;
+    }
+    if s.errno.is_some() {
+        f |= flags::ERRNO;
+    }
+    f
+}
+
 /// Largest segment [`encode_small`] builds.
 const SMALL: usize = 512;
 
@@ -352,27 +398,15 @@ impl Cursor<'_> {
     }
     #[inline(always)]
     fn u16(&mut self, v: u16) {
-        self.put(&if self.big {
-            v.to_be_bytes()
-        } else {
-            v.to_le_bytes()
-        });
+        self.put(&ne16(self.big, v));
     }
     #[inline(always)]
     fn u32(&mut self, v: u32) {
-        self.put(&if self.big {
-            v.to_be_bytes()
-        } else {
-            v.to_le_bytes()
-        });
+        self.put(&ne32(self.big, v));
     }
     #[inline(always)]
     fn u64(&mut self, v: u64) {
-        self.put(&if self.big {
-            v.to_be_bytes()
-        } else {
-            v.to_le_bytes()
-        });
+        self.put(&ne64(self.big, v));
     }
     /// One IE: tag, length, `head` then `rest`, zeros up to a multiple of 4
     /// (written: the buffer holds the previous call's bytes).
@@ -411,19 +445,7 @@ fn encode_small(out: &mut [u8; SMALL], s: &SyscallView<'_>, big: bool) -> Option
             return None;
         }
     }
-    let mut f = 0;
-    if s.thread.is_some() {
-        f |= flags::THREAD;
-    }
-    if s.time_ns.is_some() {
-        f |= flags::TIMESTAMP;
-    }
-    if s.duration_ns.is_some() {
-        f |= flags::DURATION;
-    }
-    if s.errno.is_some() {
-        f |= flags::ERRNO;
-    }
+    let f = flag_bits(s);
     let mut c = Cursor {
         buf: out,
         at: 0,
@@ -447,20 +469,8 @@ fn encode_small(out: &mut [u8; SMALL], s: &SyscallView<'_>, big: bool) -> Option
         c.u32(n as u32);
     }
     for &a in s.args {
-        let ne32 = |v: u32| {
-            if big {
-                v.to_be_bytes()
-            } else {
-                v.to_le_bytes()
-            }
-        };
-        let ne64 = |v: u64| {
-            if big {
-                v.to_be_bytes()
-            } else {
-                v.to_le_bytes()
-            }
-        };
+        let ne32 = |v: u32| ne32(big, v);
+        let ne64 = |v: u64| ne64(big, v);
         match a {
             SyscallArgView::Int(v) => match i32::try_from(v) {
                 Ok(small) => c.ie(arg::INT, &ne32(small as u32), &[]),
@@ -503,19 +513,7 @@ fn encode_call<'a>(
             "a syscall with {n} arguments (at most {MAX_ARGS})"
         )));
     }
-    let mut f = 0;
-    if s.thread.is_some() {
-        f |= flags::THREAD;
-    }
-    if s.time_ns.is_some() {
-        f |= flags::TIMESTAMP;
-    }
-    if s.duration_ns.is_some() {
-        f |= flags::DURATION;
-    }
-    if s.errno.is_some() {
-        f |= flags::ERRNO;
-    }
+    let f = flag_bits(s);
     // Fixed part and small arguments in one reservation.
     e.buf.reserve(8 + 36 + 12 * n);
     let body = e.open_segment(segment::SYSCALL);
@@ -545,20 +543,8 @@ fn encode_call<'a>(
 /// unknown values at 65,535 bytes, captured buffer prefixes so that the IE fits.
 fn encode_arg(e: &mut Enc<'_>, a: SyscallArgView<'_>) {
     let big = e.big;
-    let ne64 = |v: u64| {
-        if big {
-            v.to_be_bytes()
-        } else {
-            v.to_le_bytes()
-        }
-    };
-    let ne32 = |v: u32| {
-        if big {
-            v.to_be_bytes()
-        } else {
-            v.to_le_bytes()
-        }
-    };
+    let ne64 = |v: u64| ne64(big, v);
+    let ne32 = |v: u32| ne32(big, v);
     match a {
         SyscallArgView::Int(v) => match i32::try_from(v) {
             Ok(small) => e.ie(arg::INT, &ne32(small as u32)),
