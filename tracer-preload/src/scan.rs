@@ -300,6 +300,9 @@ impl std::hash::Hasher for Mix {
             self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
         }
     }
+    fn write_u32(&mut self, n: u32) {
+        self.write_u64(u64::from(n));
+    }
     fn write_u64(&mut self, n: u64) {
         self.0 = (n ^ self.0)
             .wrapping_mul(0x9E37_79B9_7F4A_7C15)

@@ -115,9 +115,11 @@ struct State {
     symbolize: Symbolize,
     /// Executable path, for the symbolizer.
     executable: String,
-    addresses: HashSet<u64>,
+    /// Every frame address of every stack (hashed once per frame of each
+    /// new stack: SipHash was the writer's third-largest cost on python3).
+    addresses: HashSet<u64, scan::BuildMix>,
     objects: objects::Known,
-    threads: HashSet<u32>,
+    threads: HashSet<u32, scan::BuildMix>,
     /// Old blocks of reallocs in progress: (tid, addr, time, already emitted,
     /// the live table keeps its exact size).
     pending: Vec<(u32, u64, u64, bool, bool)>,
@@ -145,9 +147,9 @@ pub fn run(
         depth: setup.depth,
         symbolize: setup.symbolize,
         executable: setup.process.executable.clone(),
-        addresses: HashSet::new(),
+        addresses: HashSet::default(),
         objects: objects::Known::default(),
-        threads: HashSet::new(),
+        threads: HashSet::default(),
         pending: Vec::new(),
         last_time: 0,
         last_tid: 0,
@@ -597,9 +599,9 @@ mod tests {
             depth,
             symbolize: Symbolize::Exit,
             executable: String::new(),
-            addresses: HashSet::new(),
+            addresses: HashSet::default(),
             objects: objects::Known::default(),
-            threads: HashSet::new(),
+            threads: HashSet::default(),
             pending: Vec::new(),
             last_time: 0,
             last_tid: 0,
