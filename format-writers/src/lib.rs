@@ -49,6 +49,20 @@ pub trait TraceWriter: Send {
     fn write_syscall(&mut self, call: &SyscallView<'_>) -> std::io::Result<()> {
         self.write(&Record::Event(Event::Syscall(call.to_syscall())))
     }
+    /// Whether [`TraceWriter::replay_allocations`] can read back this
+    /// writer's allocations.
+    fn replays_allocations(&self) -> bool {
+        false
+    }
+    /// Calls `f(address, size)` for every allocation event written so far,
+    /// in the order written (the last call for an address is the block there
+    /// now); `Ok(false)` when this writer cannot read its events back. The
+    /// preload's leak scan learns the sizes of the blocks live at exit this
+    /// way instead of keeping every live block's size during the run.
+    fn replay_allocations(&mut self, f: &mut dyn FnMut(u64, u64)) -> std::io::Result<bool> {
+        let _ = f;
+        Ok(false)
+    }
 }
 
 /// A streaming reader of any format.

@@ -1383,3 +1383,76 @@ fn throughput() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `replay_allocations` hands back every allocation written, in order, from
+/// both the spool's event chunks and the events still in memory; the events
+/// written after a replay and the finished file are unaffected by it.
+#[test]
+fn replay_allocations_reads_back_spooled_and_pending_events() {
+    let dir = scratch_dir("replay");
+    let (mut w, path) = Writer::create(&dir.join("r")).unwrap();
+    let mut expect = Vec::new();
+    let mut records = vec![Record::Stack(Stack {
+        id: 1,
+        frames: vec![Frame {
+            address: 0x401000,
+            symbol: None,
+        }],
+    })];
+    // Enough events to spill several chunks (64 KiB each), with sizes of
+    // every varint length and frees and markers between them.
+    for i in 0..30_000u64 {
+        let addr = 0x10_0000 + i * 48;
+        let size = [1, 127, 128, 16_383, 16_384, 1 << 40][i as usize % 6] + i;
+        records.push(alloc(1_000 + i, 7, addr, size, 1));
+        expect.push((addr, size));
+        if i % 3 == 0 {
+            records.push(free(1_000 + i, 7, addr));
+        }
+        if i % 1000 == 0 {
+            records.push(Record::Event(Event::Marker(Marker {
+                time_ns: 1_000 + i,
+                thread: 7,
+                name: format!("m{i}"),
+            })));
+        }
+    }
+    let (first, second) = records.split_at(records.len() * 2 / 3);
+    for r in first {
+        w.write(r).unwrap();
+    }
+    w.flush().unwrap();
+    let first_allocs = first
+        .iter()
+        .filter(|r| matches!(r, Record::Event(Event::Alloc(_))))
+        .count();
+    let mut got = Vec::new();
+    assert!(w.replay_allocations(&mut |a, s| got.push((a, s))).unwrap());
+    assert_eq!(got, expect[..first_allocs], "after a flush");
+    for r in &second[..10] {
+        w.write(r).unwrap();
+    }
+    // Now with events pending in memory as well.
+    got.clear();
+    assert!(w.replay_allocations(&mut |a, s| got.push((a, s))).unwrap());
+    let n = first_allocs
+        + second[..10]
+            .iter()
+            .filter(|r| matches!(r, Record::Event(Event::Alloc(_))))
+            .count();
+    assert_eq!(got, expect[..n], "with pending events");
+    for r in &second[10..] {
+        w.write(r).unwrap();
+    }
+    TraceWriter::finish(Box::new(w)).unwrap();
+    let back = read_all(&std::fs::read(&path).unwrap());
+    let allocs: Vec<(u64, u64)> = back
+        .iter()
+        .filter_map(|r| match r {
+            Record::Event(Event::Alloc(a)) => Some((a.address, a.size)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(allocs, expect, "the finished file");
+    let _ = std::fs::remove_dir_all(&dir);
+}

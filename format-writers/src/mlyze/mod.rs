@@ -35,6 +35,7 @@
 
 mod meta;
 mod reader;
+mod replay;
 pub mod spool;
 mod writer;
 

@@ -942,6 +942,34 @@ impl<W: Write + Send> TraceWriter for Writer<W> {
     fn finish(self: Box<Self>) -> io::Result<()> {
         (*self).finish_inner()
     }
+
+    fn replays_allocations(&self) -> bool {
+        true
+    }
+
+    fn replay_allocations(&mut self, f: &mut dyn FnMut(u64, u64)) -> io::Result<bool> {
+        let mut replay = super::replay::AllocReplay::new();
+        if let Some(sp) = &mut self.spool {
+            let io = sp.file.io();
+            let mut buf = vec![0u8; 1 << 20];
+            for &(off, len) in &sp.event_ranges {
+                io.seek(SeekFrom::Start(off))?;
+                let mut left = len;
+                while left > 0 {
+                    let n = left.min(buf.len() as u64) as usize;
+                    io.read_exact(&mut buf[..n])?;
+                    replay.feed(&buf[..n], f)?;
+                    left -= n as u64;
+                }
+                replay.end()?;
+            }
+            // Later chunks are appended where the spool ends.
+            io.seek(SeekFrom::Start(sp.len))?;
+        }
+        replay.feed(&self.events, f)?;
+        replay.end()?;
+        Ok(true)
+    }
 }
 
 impl<W: Write> Writer<W> {
