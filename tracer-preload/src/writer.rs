@@ -156,6 +156,16 @@ pub fn run(
         failed: false,
         live: scan::Live::default(),
     };
+    // The sizes of the blocks live at exit can be read back from a trace
+    // that replays its allocations: the live table then keeps starts only.
+    if scan::enabled()
+        && st
+            .outputs
+            .iter()
+            .any(|o| !o.syscalls && o.writer.replays_allocations())
+    {
+        st.live.use_replayed_sizes();
+    }
     st.emit(&Record::Process(setup.process));
     st.emit(&Record::Info(setup.info));
     let fresh = st.objects.rescan();
@@ -526,6 +536,17 @@ impl State {
     /// Classifies the blocks live now (see `scan`) and writes the classes.
     fn leak_scan(&mut self, at: &scan::ExitPoint, ctl: &Control) {
         ctl.progress.fetch_add(1, Ordering::Relaxed);
+        if self.live.replayed_sizes() {
+            let out = self
+                .outputs
+                .iter_mut()
+                .find(|o| !o.syscalls && o.writer.replays_allocations());
+            self.live.resolve_replayed(|f| match out {
+                Some(o) => o.writer.replay_allocations(f).unwrap_or(false),
+                None => false,
+            });
+            ctl.progress.fetch_add(1, Ordering::Relaxed);
+        }
         let (classes, stats) = scan::run(&mut self.live, at);
         ctl.progress.fetch_add(1, Ordering::Relaxed);
         if std::env::var_os("TRACER_SCAN_STATS").is_some() {

@@ -86,9 +86,11 @@ impl AllocReplay {
     }
 }
 
-/// One event at the start of `b`: `Some((length, Some((address, size)) for
-/// an ALLOC))`, or `None` when `b` ends inside it.
-fn event(b: &[u8]) -> Result<Option<(usize, Option<(u64, u64)>)>, &'static str> {
+/// One decoded event: its length, and `(address, size)` for an ALLOC.
+type Decoded = (usize, Option<(u64, u64)>);
+
+/// The event at the start of `b`, or `None` when `b` ends inside it.
+fn event(b: &[u8]) -> Result<Option<Decoded>, &'static str> {
     let Some(&ty) = b.first() else {
         return Ok(None);
     };
@@ -170,12 +172,16 @@ mod tests {
     /// The worked example of the module documentation (an allocation of 128
     /// bytes at 0x1000), a FREE, a GC and a MARKER, hand-encoded.
     fn sample() -> Vec<u8> {
-        let mut b = vec![0x00, 0x05, 0x00, 0x10, 0, 0, 0, 0, 0, 0, 0x80, 0x01, 0x01, 0x02, 0x00];
+        let mut b = vec![
+            0x00, 0x05, 0x00, 0x10, 0, 0, 0, 0, 0, 0, 0x80, 0x01, 0x01, 0x02, 0x00,
+        ];
         b.extend([0x01, 0x00, 0x00, 0x10, 0, 0, 0, 0, 0, 0]); // FREE 0x1000
         b.extend([0x02, 0x01, 0x03, 0x90, 0x03]); // GC 3 objects, 400 bytes
         b.extend([0x03, 0x00, 0x07]); // MARKER name 7
-        // ALLOC of 300 bytes at 0x2000 after 200 µs, stack 1000, slot 1.
-        b.extend([0x00, 0xc8, 0x01, 0x00, 0x20, 0, 0, 0, 0, 0, 0, 0xac, 0x02, 0xe8, 0x07, 0x01, 0x00]);
+                                      // ALLOC of 300 bytes at 0x2000 after 200 µs, stack 1000, slot 1.
+        b.extend([
+            0x00, 0xc8, 0x01, 0x00, 0x20, 0, 0, 0, 0, 0, 0, 0xac, 0x02, 0xe8, 0x07, 0x01, 0x00,
+        ]);
         b
     }
 
@@ -202,7 +208,12 @@ mod tests {
         r.feed(&sample()[..20], &mut |_, _| {}).unwrap();
         assert!(r.end().is_err());
         let mut r = AllocReplay::new();
-        let e = r.feed(&[0x00, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f], &mut |_, _| {});
+        let e = r.feed(
+            &[
+                0x00, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f,
+            ],
+            &mut |_, _| {},
+        );
         assert!(e.is_err());
     }
 }
