@@ -34,7 +34,9 @@
 //!
 //! Function and file ids are logged in the order they are assigned, so replaying
 //! the log rebuilds the writer's tables exactly, and the ids baked into the event
-//! bytes (stack ids, marker names, thread slots) keep their meaning. A flush
+//! bytes (stack ids, marker names, thread slots) keep their meaning. The writer
+//! relies on it: while spooling it keeps no tables, and its `finish` replays the
+//! log chunks (skipping the event chunks) as recovery does. A flush
 //! writes the log chunk before the events chunk that may depend on it. A process
 //! killed in the middle of a write leaves a torn last chunk, which recovery drops.
 //! The writer flushes everything pending before it logs a leak scan, so the

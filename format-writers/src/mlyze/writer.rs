@@ -1,9 +1,14 @@
 //! The mlyze writer: encodes events as they arrive, assembles the metadata at the end.
 //!
 //! Events are encoded straight into their final bytes (see the module layout in
-//! `mod.rs`). Everything the metadata will need is kept in [`Tables`]; with a spool
-//! (the file-backed writer) the same facts are also logged into the spool as they
-//! arrive, so that [`super::recover`] can rebuild the tables without this process.
+//! `mod.rs`). Without a spool (the in-memory writer), everything the metadata will
+//! need is kept in [`Tables`]. With a spool (the file-backed writer), the facts are
+//! only logged into the spool as they arrive, and `finish` rebuilds the tables by
+//! replaying the log, as [`super::recover`] does: during the run the writer keeps
+//! just what it needs to number names and time events (the name-to-id maps, the
+//! start time, the process), not the stacks. The stacks are the large part (a
+//! million distinct stacks of 20 frames: hundreds of MB), and the traced process
+//! would otherwise carry them through its whole run, its peak included.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -43,6 +48,8 @@ pub(super) struct FrameRef {
 /// stacks share their outer frames (python3's 300k-entry dict: 5,990 stacks,
 /// 193,836 frames, 19,409 distinct prefixes), so each distinct prefix is
 /// kept once, ~20 bytes, instead of 8 bytes per frame of every stack.
+/// Only the in-memory writer keeps stacks during its run; a spooling writer
+/// builds them at `finish`, from its log.
 pub(super) enum Frames {
     Unresolved(u32),
     Refs(Box<[FrameRef]>),
@@ -179,6 +186,11 @@ pub(super) struct LeakScan {
 }
 
 /// Everything the metadata section is made of, collected during the run.
+///
+/// While spooling (`log` is `Some`), each fact is only logged: the tables
+/// stay empty except for what the run itself reads (`start_us`, `process`,
+/// the name-to-id maps, `unresolved`, `empty_file`, `dropped_syscalls`),
+/// and ids count on in `spooled_functions` / `spooled_files`.
 #[derive(Default)]
 pub(super) struct Tables {
     /// Header start time; fixed when the first event is encoded.
@@ -210,19 +222,41 @@ pub(super) struct Tables {
     pub leak_scans: Vec<LeakScan>,
     /// Spool entries not yet written (only when spooling).
     pub log: Option<Vec<u8>>,
+    /// Function and file ids assigned while spooling (not in `functions`, `files`).
+    spooled_functions: u32,
+    spooled_files: u32,
+    /// A leak scan was logged while spooling (`BlockClass` needs one before it).
+    spooled_leak_scan: bool,
 }
 
 impl Tables {
+    /// The id the next function entry gets.
+    fn next_function(&self) -> u32 {
+        self.functions.len() as u32 + self.spooled_functions
+    }
+
+    /// Adds the name of function `id` (just assigned) to the table or the log.
+    fn add_function(&mut self, tag: u8, id: u32, name: &str) {
+        match &mut self.log {
+            Some(log) => {
+                if tag == entry::UNRESOLVED {
+                    entry::put_unresolved(log, id);
+                } else {
+                    entry::put_named(log, tag, id, name);
+                }
+                self.spooled_functions += 1;
+            }
+            None => self.functions.push(name.to_owned()),
+        }
+    }
+
     pub fn intern_function(&mut self, name: &str) -> u32 {
         if let Some(&id) = self.function_ids.get(name) {
             return id;
         }
-        let id = self.functions.len() as u32;
-        self.functions.push(name.to_owned());
+        let id = self.next_function();
+        self.add_function(entry::FUNCTION, id, name);
         self.function_ids.insert(name.to_owned(), id);
-        if let Some(log) = &mut self.log {
-            entry::put_named(log, entry::FUNCTION, id, name);
-        }
         id
     }
 
@@ -238,12 +272,15 @@ impl Tables {
             }
             return id;
         }
-        let id = self.files.len() as u32;
-        self.files.push(name.to_owned());
-        self.file_ids.insert(name.to_owned(), id);
-        if let Some(log) = &mut self.log {
-            entry::put_named(log, entry::FILE, id, name);
+        let id = self.files.len() as u32 + self.spooled_files;
+        match &mut self.log {
+            Some(log) => {
+                entry::put_named(log, entry::FILE, id, name);
+                self.spooled_files += 1;
+            }
+            None => self.files.push(name.to_owned()),
         }
+        self.file_ids.insert(name.to_owned(), id);
         id
     }
 
@@ -267,12 +304,9 @@ impl Tables {
             return id;
         }
         // Deliberately not interned: a real function named "??" gets its own entry.
-        let id = self.functions.len() as u32;
-        self.functions.push(UNRESOLVED_NAME.to_owned());
+        let id = self.next_function();
+        self.add_function(entry::UNRESOLVED, id, UNRESOLVED_NAME);
         self.unresolved = Some(id);
-        if let Some(log) = &mut self.log {
-            entry::put_unresolved(log, id);
-        }
         id
     }
 
@@ -297,9 +331,11 @@ impl Tables {
         }
     }
 
+    /// Sets stack `id` (a stack set again replaces its frames).
     pub fn set_stack(&mut self, id: StackId, frames: Vec<FrameRef>) {
         if let Some(log) = &mut self.log {
             entry::put_stack(log, id, &frames);
+            return;
         }
         let empty = self.empty_file.or_else(|| self.file_ids.get("").copied());
         let plain =
@@ -571,9 +607,9 @@ impl SlotMap {
             s
         } as u16;
         self.slot_of.insert(tid, slot);
-        t.thread_slots.push((seq, slot, tid));
-        if let Some(log) = &mut t.log {
-            entry::put_thread_slot(log, seq, slot, tid);
+        match &mut t.log {
+            Some(log) => entry::put_thread_slot(log, seq, slot, tid),
+            None => t.thread_slots.push((seq, slot, tid)),
         }
         slot
     }
@@ -690,9 +726,9 @@ impl<W: Write> Writer<W> {
             }
             Event::Marker(m) => {
                 let name = self.t.intern_function(&m.name);
-                self.t.marker_threads.push(m.thread);
-                if let Some(log) = &mut self.t.log {
-                    entry::put_marker_thread(log, m.thread);
+                match &mut self.t.log {
+                    Some(log) => entry::put_marker_thread(log, m.thread),
+                    None => self.t.marker_threads.push(m.thread),
                 }
                 self.begin(MARKER, m.time_ns);
                 put_varint(&mut self.events, u64::from(name));
@@ -723,60 +759,61 @@ impl<W: Write> Writer<W> {
                 }
                 t.process = Some(p.clone());
             }
-            Record::Object(o) => {
-                if let Some(log) = &mut t.log {
-                    entry::put_object(log, o);
-                }
-                t.objects.push(o.clone());
-            }
-            Record::Thread(th) => {
-                if let Some(log) = &mut t.log {
-                    entry::put_thread(log, th);
-                }
-                t.threads.push(th.clone());
-            }
+            Record::Object(o) => match &mut t.log {
+                Some(log) => entry::put_object(log, o),
+                None => t.objects.push(o.clone()),
+            },
+            Record::Thread(th) => match &mut t.log {
+                Some(log) => entry::put_thread(log, th),
+                None => t.threads.push(th.clone()),
+            },
             Record::Stack(s) => {
                 let frames = s.frames.iter().map(|f| t.frame_ref(f)).collect();
                 t.set_stack(s.id, frames);
             }
-            Record::Info(pairs) => {
-                if let Some(log) = &mut t.log {
-                    entry::put_info(log, pairs);
-                }
-                t.info.extend(pairs.iter().cloned());
-            }
+            Record::Info(pairs) => match &mut t.log {
+                Some(log) => entry::put_info(log, pairs),
+                None => t.info.extend(pairs.iter().cloned()),
+            },
             Record::AddressSymbol { address, symbol } => {
                 let (func, file, line) = t.symbol_ref(symbol);
-                if let Some(log) = &mut t.log {
-                    entry::put_address_symbol(log, *address, func, file, line);
+                match &mut t.log {
+                    Some(log) => entry::put_address_symbol(log, *address, func, file, line),
+                    None => t.address_symbols.push((*address, func, file, line)),
                 }
-                t.address_symbols.push((*address, func, file, line));
             }
             Record::LeakScan { time_ns } => {
                 // Everything before the scan goes to the spool first, so a
                 // spool read as it stands yields the scan after those events.
                 self.spill()?;
                 let t = &mut self.t;
-                if let Some(log) = &mut t.log {
-                    entry::put_leak_scan(log, self.seq, *time_ns);
+                match &mut t.log {
+                    Some(log) => {
+                        entry::put_leak_scan(log, self.seq, *time_ns);
+                        t.spooled_leak_scan = true;
+                    }
+                    None => t.leak_scans.push(LeakScan {
+                        event_seq: self.seq,
+                        time_ns: *time_ns,
+                        blocks: Vec::new(),
+                    }),
                 }
-                t.leak_scans.push(LeakScan {
-                    event_seq: self.seq,
-                    time_ns: *time_ns,
-                    blocks: Vec::new(),
-                });
             }
             Record::BlockClass { address, kind } => {
-                let Some(scan) = t.leak_scans.last_mut() else {
+                if !t.spooled_leak_scan && t.leak_scans.is_empty() {
                     return Err(io::Error::new(
                         io::ErrorKind::InvalidInput,
                         "mlyze: a BlockClass record before any LeakScan record",
                     ));
-                };
-                if let Some(log) = &mut t.log {
-                    entry::put_block_class(log, *address, *kind);
                 }
-                scan.blocks.push((*address, *kind));
+                match &mut t.log {
+                    Some(log) => entry::put_block_class(log, *address, *kind),
+                    None => {
+                        if let Some(scan) = t.leak_scans.last_mut() {
+                            scan.blocks.push((*address, *kind));
+                        }
+                    }
+                }
             }
         }
         if self.t.log.as_ref().is_some_and(|l| l.len() >= SPILL_AT) {
@@ -812,7 +849,49 @@ impl<W: Write> Writer<W> {
         Ok(())
     }
 
+    /// The tables a spooling writer logged: its log chunks replayed from the
+    /// spool (event chunks skipped), then the entries not spilled yet. The
+    /// run-time tables (name maps, log buffer) are dropped first, so the
+    /// finish holds one set of tables, as the in-memory writer does.
+    fn replay_spool(&mut self) -> io::Result<()> {
+        let Some(sp) = &mut self.spool else {
+            return Ok(());
+        };
+        let pending = std::mem::take(&mut self.t).log.unwrap_or_default();
+        let corrupt = |e: crate::error::FormatError| io::Error::new(io::ErrorKind::InvalidData, e);
+        let io = sp.file.io();
+        let mut t = Tables::default();
+        let mut buf = Vec::new();
+        let mut at = spool::SPOOL_HEADER_LEN as u64;
+        io.seek(SeekFrom::Start(at))?;
+        while at < sp.len {
+            let mut head = [0u8; spool::CHUNK_HEAD];
+            io.read_exact(&mut head)?;
+            let len = u32::from_le_bytes([head[1], head[2], head[3], head[4]]);
+            let payload_at = at + spool::CHUNK_HEAD as u64;
+            if head[0] == spool::CHUNK_RECORDS {
+                buf.clear();
+                let read = io.take(u64::from(len)).read_to_end(&mut buf)?;
+                if read != len as usize {
+                    return Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        format!("spool log chunk at {at} shorter than its {len} bytes"),
+                    ));
+                }
+                spool::replay(&mut t, &buf, payload_at, None).map_err(corrupt)?;
+            } else {
+                io.seek(SeekFrom::Current(i64::from(len)))?;
+            }
+            at = payload_at + u64::from(len);
+        }
+        drop(buf);
+        spool::replay(&mut t, &pending, sp.len, None).map_err(corrupt)?;
+        self.t = t;
+        Ok(())
+    }
+
     fn finish_inner(mut self) -> io::Result<()> {
+        self.replay_spool()?;
         let mut counter = Counter(0);
         self.t.write_metadata(&mut counter)?;
         let meta_len = u32::try_from(counter.0).map_err(|_| {
