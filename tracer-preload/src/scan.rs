@@ -590,6 +590,11 @@ impl Live {
             return;
         }
         let mut v = self.take_starts();
+        if v.is_empty() {
+            // Every live block keeps its size in `big` or `spill`.
+            self.resolved = Some(v);
+            return;
+        }
         let mut sizes = vec![UNKNOWN; v.len()];
         let ok = replay(&mut |a, s| {
             if let Ok(i) = v.binary_search_by_key(&a, |e| e.0) {

@@ -47,6 +47,18 @@ impl AllocReplay {
             }
         }
         let mut pos = 0;
+        // Whole events for sure: the window of the longest one.
+        while bytes.len() - pos >= MAX_EVENT {
+            let w: &[u8; MAX_EVENT] = bytes[pos..pos + MAX_EVENT]
+                .try_into()
+                .expect("a window of MAX_EVENT bytes");
+            let (n, alloc) = event_in(w).map_err(|e| self.error(e))?;
+            if let Some((a, s)) = alloc {
+                f(a, s);
+            }
+            pos += n;
+            self.at += n as u64;
+        }
         while pos < bytes.len() {
             match event(&bytes[pos..]).map_err(|e| self.error(e))? {
                 Some((n, alloc)) => {
@@ -90,6 +102,7 @@ impl AllocReplay {
 type Decoded = (usize, Option<(u64, u64)>);
 
 /// The event at the start of `b`, or `None` when `b` ends inside it.
+#[inline]
 fn event(b: &[u8]) -> Result<Option<Decoded>, &'static str> {
     let Some(&ty) = b.first() else {
         return Ok(None);
@@ -144,9 +157,81 @@ fn event(b: &[u8]) -> Result<Option<Decoded>, &'static str> {
     Ok(Some((pos, alloc)))
 }
 
+/// [`event`] for a window as long as the longest event, so never cut short:
+/// the loop of the bulk of the bytes.
+#[inline]
+fn event_in(w: &[u8; MAX_EVENT]) -> Result<Decoded, &'static str> {
+    #[inline(always)]
+    fn varint_at(w: &[u8; MAX_EVENT], pos: &mut usize) -> Result<u64, &'static str> {
+        let first = w[*pos];
+        *pos += 1;
+        if first < 0x80 {
+            return Ok(u64::from(first));
+        }
+        let mut v = u64::from(first & 0x7f);
+        for i in 1..10 {
+            let byte = *w.get(*pos).ok_or("an event cut short")?;
+            *pos += 1;
+            let part = u64::from(byte & 0x7f);
+            if i == 9 && part > 1 {
+                return Err("a varint beyond 64 bits");
+            }
+            v |= part << (7 * i);
+            if byte & 0x80 == 0 {
+                return Ok(v);
+            }
+        }
+        Err("a varint longer than 10 bytes")
+    }
+    let ty = w[0];
+    let mut pos = 1;
+    varint_at(w, &mut pos)?;
+    let alloc = match ty {
+        ALLOC => {
+            let addr = u64::from_le_bytes(
+                w.get(pos..pos + 8)
+                    .and_then(|b| b.try_into().ok())
+                    .ok_or("an event cut short")?,
+            );
+            pos += 8;
+            let size = varint_at(w, &mut pos)?;
+            varint_at(w, &mut pos)?;
+            pos += 2;
+            if pos > MAX_EVENT {
+                return Err("an event cut short");
+            }
+            Some((addr, size))
+        }
+        FREE => {
+            pos += 8;
+            if pos > MAX_EVENT {
+                return Err("an event cut short");
+            }
+            None
+        }
+        GC => {
+            varint_at(w, &mut pos)?;
+            varint_at(w, &mut pos)?;
+            None
+        }
+        MARKER => {
+            varint_at(w, &mut pos)?;
+            None
+        }
+        _ => return Err("an unknown event type"),
+    };
+    Ok((pos, alloc))
+}
+
 /// A protocol-buffers varint: `Some((value, length))`, `None` when `b` ends
 /// inside it.
+#[inline]
 fn varint(b: &[u8]) -> Result<Option<(u64, usize)>, &'static str> {
+    if let Some(&byte) = b.first() {
+        if byte < 0x80 {
+            return Ok(Some((u64::from(byte), 1)));
+        }
+    }
     let mut v = 0u64;
     for (i, &byte) in b.iter().enumerate().take(10) {
         let part = u64::from(byte & 0x7f);
