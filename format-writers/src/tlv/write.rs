@@ -380,8 +380,9 @@ fn flag_bits(s: &SyscallView<'_>) -> u8 {
     f
 }
 
-/// Largest segment [`encode_small`] builds.
-const SMALL: usize = 512;
+/// Largest segment [`encode_small`] builds, plus 4 bytes of slack: an IE's
+/// padding is written as one 4-byte store of zeros (see [`Cursor::ie`]).
+const SMALL: usize = 512 + 4;
 
 /// A cursor over a stack buffer, for [`encode_small`].
 struct Cursor<'b> {
@@ -396,28 +397,61 @@ impl Cursor<'_> {
         self.buf[self.at..self.at + b.len()].copy_from_slice(b);
         self.at += b.len();
     }
+    /// `N` bytes known at compile time: plain stores, no `memcpy` call.
     #[inline(always)]
-    fn u16(&mut self, v: u16) {
-        self.put(&ne16(self.big, v));
+    fn put_n<const N: usize>(&mut self, b: [u8; N]) {
+        self.buf[self.at..self.at + N].copy_from_slice(&b);
+        self.at += N;
     }
     #[inline(always)]
     fn u32(&mut self, v: u32) {
-        self.put(&ne32(self.big, v));
+        self.put_n(ne32(self.big, v));
     }
     #[inline(always)]
     fn u64(&mut self, v: u64) {
-        self.put(&ne64(self.big, v));
+        self.put_n(ne64(self.big, v));
     }
-    /// One IE: tag, length, `head` then `rest`, zeros up to a multiple of 4
-    /// (written: the buffer holds the previous call's bytes).
+    /// Tag and length of an IE, as one 4-byte store.
     #[inline(always)]
-    fn ie(&mut self, tag: u16, head: &[u8], rest: &[u8]) {
-        self.u16(tag);
-        self.u16((head.len() + rest.len()) as u16);
-        self.put(head);
-        self.put(rest);
-        let pad = self.at.next_multiple_of(4) - self.at;
-        self.put(&[0; 3][..pad]);
+    fn ie_head(&mut self, tag: u16, len: usize) {
+        let (tag, len) = (u32::from(tag), len as u32);
+        self.u32(if self.big {
+            tag << 16 | len
+        } else {
+            len << 16 | tag
+        });
+    }
+    /// Zeros up to a multiple of 4, written (the buffer holds the previous
+    /// call's bytes) as one 4-byte store, of which only the padding counts:
+    /// no `memset` call for 0 to 3 bytes.
+    #[inline(always)]
+    fn pad4(&mut self) {
+        let pad = self.at.wrapping_neg() & 3;
+        self.put_n([0u8; 4]);
+        self.at -= 4 - pad;
+    }
+    /// One IE whose value is `N` bytes known at compile time (padding: none).
+    #[inline(always)]
+    fn ie_n<const N: usize>(&mut self, tag: u16, v: [u8; N]) {
+        self.ie_head(tag, N);
+        self.put_n(v);
+        if !N.is_multiple_of(4) {
+            self.pad4();
+        }
+    }
+    /// One IE: tag, length, `head` then `rest`, zeros up to a multiple of 4.
+    /// `rest` is copied only when not empty (a buffer whose bytes are not
+    /// captured: no `memcpy` call for nothing).
+    #[inline(always)]
+    fn ie<const N: usize>(&mut self, tag: u16, head: [u8; N], rest: &[u8]) {
+        self.ie_head(tag, N + rest.len());
+        self.put_n(head);
+        if !rest.is_empty() {
+            self.put(rest);
+            self.pad4();
+        } else if !N.is_multiple_of(4) {
+            self.pad4();
+        }
     }
 }
 
@@ -428,33 +462,25 @@ const SMALL_VALUE: usize = 64;
 /// stores when every byte value of the call is at most [`SMALL_VALUE`]
 /// bytes and there are at most 6 arguments (the calls the preload library
 /// captures without `TRACER_SYSCALL_DATA`); its length, or `None` (then
-/// the general encoder runs). Same rules as [`encode_arg`]: with values
-/// this short, no cut applies.
+/// the general encoder runs, and what this one wrote in `out` is
+/// scratch). Same rules as [`encode_arg`]: with values this short, no cut
+/// applies.
 fn encode_small(out: &mut [u8; SMALL], s: &SyscallView<'_>, big: bool) -> Option<usize> {
     // Bound: 8 (segment) + 28 (fixed) + 6 * (4 + 8 + 64 + 3) = 510.
     if s.args.len() > 6 {
         return None;
     }
-    for a in s.args {
-        let n = match a {
-            SyscallArgView::Path(b) | SyscallArgView::Unknown { raw: b, .. } => b.len(),
-            SyscallArgView::Buffer { data, .. } => data.len(),
-            _ => 0,
-        };
-        if n > SMALL_VALUE {
-            return None;
-        }
-    }
-    let f = flag_bits(s);
     let mut c = Cursor {
         buf: out,
         at: 0,
         big,
     };
+    // Segment tag, then its length (patched below).
     c.u32(segment::SYSCALL);
     c.u32(0);
-    c.u16(s.number);
-    c.put(&[f, 0]);
+    // Number, flags byte, reserved byte: one 4-byte store.
+    let nb = ne16(big, s.number);
+    c.put_n([nb[0], nb[1], flag_bits(s), 0]);
     c.u64(s.result as u64);
     if let Some(t) = s.thread {
         c.u32(t);
@@ -469,26 +495,37 @@ fn encode_small(out: &mut [u8; SMALL], s: &SyscallView<'_>, big: bool) -> Option
         c.u32(n as u32);
     }
     for &a in s.args {
-        let ne32 = |v: u32| ne32(big, v);
-        let ne64 = |v: u64| ne64(big, v);
         match a {
             SyscallArgView::Int(v) => match i32::try_from(v) {
-                Ok(small) => c.ie(arg::INT, &ne32(small as u32), &[]),
-                Err(_) => c.ie(arg::INT, &ne64(v as u64), &[]),
+                Ok(small) => c.ie_n(arg::INT, ne32(big, small as u32)),
+                Err(_) => c.ie_n(arg::INT, ne64(big, v as u64)),
             },
-            SyscallArgView::Flags(v) => c.ie(arg::FLAGS, &ne64(v), &[]),
-            SyscallArgView::Fd(fd) => c.ie(arg::FD, &ne32(fd as u32), &[]),
-            SyscallArgView::Pointer(p) => c.ie(arg::POINTER, &ne64(p), &[]),
-            SyscallArgView::Path(p) => c.ie(arg::PATH, p, &[]),
-            SyscallArgView::Unknown { tag, raw } => c.ie(tag, raw, &[]),
+            SyscallArgView::Flags(v) => c.ie_n(arg::FLAGS, ne64(big, v)),
+            SyscallArgView::Fd(fd) => c.ie_n(arg::FD, ne32(big, fd as u32)),
+            SyscallArgView::Pointer(p) => c.ie_n(arg::POINTER, ne64(big, p)),
+            SyscallArgView::Path(p) => {
+                if p.len() > SMALL_VALUE {
+                    return None;
+                }
+                c.ie(arg::PATH, [], p);
+            }
+            SyscallArgView::Unknown { tag, raw } => {
+                if raw.len() > SMALL_VALUE {
+                    return None;
+                }
+                c.ie(tag, [], raw);
+            }
             SyscallArgView::Buffer { len, data } => {
+                if data.len() > SMALL_VALUE {
+                    return None;
+                }
                 let data = &data[..data.len().min(usize::try_from(len).unwrap_or(usize::MAX))];
                 if data.len() as u64 == len {
-                    c.ie(arg::DATA, data, &[]);
+                    c.ie(arg::DATA, [], data);
                 } else if let Ok(len32) = u32::try_from(len) {
-                    c.ie(arg::PARTIAL_DATA, &ne32(len32), data);
+                    c.ie(arg::PARTIAL_DATA, ne32(big, len32), data);
                 } else {
-                    c.ie(arg::LONG_PARTIAL_DATA, &ne64(len), data);
+                    c.ie(arg::LONG_PARTIAL_DATA, ne64(big, len), data);
                 }
             }
         }
