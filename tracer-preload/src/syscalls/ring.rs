@@ -43,7 +43,7 @@ use format_writers::{SyscallArgView, SyscallView};
 use crate::{lifecycle, sys, tls, writer};
 
 /// Bytes of one ring (a power of two).
-const CAP: usize = 128 * 1024;
+pub const CAP: usize = 128 * 1024;
 /// Fixed part of a record: the header fields and the argument kinds.
 const HEAD: usize = 48;
 /// Arguments a record holds.
@@ -535,24 +535,37 @@ fn wait_for_room(ring: &Ring, head: u64, need: u64) -> bool {
 
 // ---------------------------------------------------------------- consumer
 
-/// Reads every record published so far, ring after ring (each thread's in
-/// its order), handing each to `emit` as a view borrowing the ring's bytes
-/// (nothing is allocated or copied); returns how many there were. Only the
-/// writer thread calls this. Rings of exited threads are freed for reuse
-/// once empty.
-pub fn drain(mut emit: impl FnMut(&SyscallView<'_>)) -> usize {
-    let mut count = 0;
-    for ring in rings() {
-        count += drain_ring(ring, &mut emit);
-    }
-    count
+/// What one [`drain`] found.
+#[derive(Clone, Copy, Default)]
+pub struct Drained {
+    /// Records handed to `emit`.
+    pub records: usize,
+    /// Bytes taken from the ring that held the most (how fast the busiest
+    /// producer fills its ring: the writer paces its sleep on it).
+    pub fullest: usize,
 }
 
-fn drain_ring(ring: &Ring, emit: &mut impl FnMut(&SyscallView<'_>)) -> usize {
+/// Reads every record published so far, ring after ring (each thread's in
+/// its order), handing each to `emit` as a view borrowing the ring's bytes
+/// (nothing is allocated or copied). Only the writer thread calls this.
+/// Rings of exited threads are freed for reuse once empty.
+pub fn drain(mut emit: impl FnMut(&SyscallView<'_>)) -> Drained {
+    let mut d = Drained::default();
+    for ring in rings() {
+        let (records, bytes) = drain_ring(ring, &mut emit);
+        d.records += records;
+        d.fullest = d.fullest.max(bytes);
+    }
+    d
+}
+
+/// Drains one ring; returns its records and bytes.
+fn drain_ring(ring: &Ring, emit: &mut impl FnMut(&SyscallView<'_>)) -> (usize, usize) {
     let mut count = 0;
     let abandoned = ring.state.load(Ordering::Acquire) == ABANDONED;
     let head = ring.head.0.load(Ordering::Acquire);
-    let mut tail = ring.tail.0.load(Ordering::Relaxed);
+    let first = ring.tail.0.load(Ordering::Relaxed);
+    let mut tail = first;
     let base = ring.bytes.get().cast::<u8>().cast_const();
     while tail != head {
         let pos = (tail as usize) & (CAP - 1);
@@ -570,13 +583,15 @@ fn drain_ring(ring: &Ring, emit: &mut impl FnMut(&SyscallView<'_>)) -> usize {
         };
         tail += size as u64;
     }
-    ring.tail.0.store(tail, Ordering::Release);
+    if tail != first {
+        ring.tail.0.store(tail, Ordering::Release);
+    }
     if abandoned {
         let _ = ring
             .state
             .compare_exchange(ABANDONED, FREE, Ordering::AcqRel, Ordering::Relaxed);
     }
-    count
+    (count, (tail - first) as usize)
 }
 
 /// Whether every ring is empty.
@@ -745,7 +760,7 @@ mod tests {
 
     fn drain_all(ring: &Ring) -> Vec<Syscall> {
         let mut got = Vec::new();
-        drain_ring(ring, &mut |c: &SyscallView<'_>| got.push(c.to_syscall()));
+        let _ = drain_ring(ring, &mut |c: &SyscallView<'_>| got.push(c.to_syscall()));
         got
     }
 
