@@ -72,6 +72,7 @@ impl<W: Write> Writer<W> {
         self.out.into_inner().map_err(|e| e.into_error())
     }
 
+    #[cold]
     fn ensure_header(&mut self) -> io::Result<()> {
         if self.header_written {
             return Ok(());
@@ -91,8 +92,15 @@ impl<W: Write> Writer<W> {
     /// One system call from a borrowed view, without building the model
     /// record: the bytes `write_record` writes for `call.to_syscall()`.
     pub fn write_syscall_view(&mut self, call: &SyscallView<'_>) -> io::Result<()> {
-        self.ensure_header()?;
-        if let Some(n) = encode_small(&mut self.small, call, self.order == ByteOrder::Big) {
+        if !self.header_written {
+            self.ensure_header()?;
+        }
+        let small = if self.order == ByteOrder::Big {
+            encode_small::<true>(&mut self.small, call)
+        } else {
+            encode_small::<false>(&mut self.small, call)
+        };
+        if let Some(n) = small {
             return self.out.write_all(&self.small[..n]);
         }
         let mut buf = std::mem::take(&mut self.scratch);
@@ -385,13 +393,13 @@ fn flag_bits(s: &SyscallView<'_>) -> u8 {
 const SMALL: usize = 512 + 4;
 
 /// A cursor over a stack buffer, for [`encode_small`].
-struct Cursor<'b> {
+/// `BIG`: big-endian (a constant, so no field store tests the order).
+struct Cursor<'b, const BIG: bool> {
     buf: &'b mut [u8; SMALL],
     at: usize,
-    big: bool,
 }
 
-impl Cursor<'_> {
+impl<const BIG: bool> Cursor<'_, BIG> {
     #[inline(always)]
     fn put(&mut self, b: &[u8]) {
         self.buf[self.at..self.at + b.len()].copy_from_slice(b);
@@ -405,17 +413,17 @@ impl Cursor<'_> {
     }
     #[inline(always)]
     fn u32(&mut self, v: u32) {
-        self.put_n(ne32(self.big, v));
+        self.put_n(ne32(BIG, v));
     }
     #[inline(always)]
     fn u64(&mut self, v: u64) {
-        self.put_n(ne64(self.big, v));
+        self.put_n(ne64(BIG, v));
     }
     /// Tag and length of an IE, as one 4-byte store.
     #[inline(always)]
     fn ie_head(&mut self, tag: u16, len: usize) {
         let (tag, len) = (u32::from(tag), len as u32);
-        self.u32(if self.big {
+        self.u32(if BIG {
             tag << 16 | len
         } else {
             len << 16 | tag
@@ -465,16 +473,13 @@ const SMALL_VALUE: usize = 64;
 /// the general encoder runs, and what this one wrote in `out` is
 /// scratch). Same rules as [`encode_arg`]: with values this short, no cut
 /// applies.
-fn encode_small(out: &mut [u8; SMALL], s: &SyscallView<'_>, big: bool) -> Option<usize> {
+fn encode_small<const BIG: bool>(out: &mut [u8; SMALL], s: &SyscallView<'_>) -> Option<usize> {
     // Bound: 8 (segment) + 28 (fixed) + 6 * (4 + 8 + 64 + 3) = 510.
     if s.args.len() > 6 {
         return None;
     }
-    let mut c = Cursor {
-        buf: out,
-        at: 0,
-        big,
-    };
+    let big = BIG;
+    let mut c = Cursor::<BIG> { buf: out, at: 0 };
     // Segment tag, then its length (patched below).
     c.u32(segment::SYSCALL);
     c.u32(0);
