@@ -610,41 +610,37 @@ unsafe fn read_record(at: *const u8, emit: &mut impl FnMut(&SyscallView<'_>)) {
     let flags = at.add(7).read();
     let errno = at.add(12).cast::<i32>().read();
     let d = at.add(24).cast::<u64>().read();
-    let kinds = at.add(40).cast::<[u8; 8]>().read();
+    // One kind per byte, the first argument's in the lowest (as
+    // `Rec::add_kind` builds the word).
+    let kinds = at.add(40).cast::<u64>().read();
     let mut p = at.add(HEAD);
     // Only the first `n` are written and read (no zeroing per record).
     let mut args = [core::mem::MaybeUninit::<SyscallArgView<'_>>::uninit(); MAX_ARGS];
     let mut boxed = false;
-    for (i, &k) in kinds.iter().enumerate().take(n) {
+    for (i, slot) in args.iter_mut().enumerate().take(n) {
+        let k = (kinds >> (8 * i)) as u8;
         let v = p.cast::<u64>().read();
         p = p.add(8);
-        let base_kind = k & !BOXED_BYTES;
-        let bytes: &[u8] = if matches!(base_kind, kind::PATH | kind::BUFFER) {
-            let len = p.cast::<u64>().read() as usize;
-            if k & BOXED_BYTES != 0 {
-                let ptr = p.add(8).cast::<u64>().read() as *const u8;
-                p = p.add(16);
-                boxed = true;
-                core::slice::from_raw_parts(ptr, len)
-            } else {
-                let view = core::slice::from_raw_parts(p.add(8), len);
-                p = p.add(8 + len.next_multiple_of(8));
-                view
-            }
-        } else {
-            &[]
-        };
-        args[i] = core::mem::MaybeUninit::new(match base_kind {
+        let view = match k {
             kind::INT => SyscallArgView::Int(v as i64),
             kind::FLAGS => SyscallArgView::Flags(v),
             kind::FD => SyscallArgView::Fd(v as i32),
-            kind::PATH => SyscallArgView::Path(bytes),
-            kind::BUFFER => SyscallArgView::Buffer {
-                len: v,
-                data: bytes,
-            },
+            kind::PATH | kind::BUFFER => {
+                let len = p.cast::<u64>().read() as usize;
+                let bytes = core::slice::from_raw_parts(p.add(8), len);
+                p = p.add(8 + len.next_multiple_of(8));
+                byte_view(k, v, bytes)
+            }
+            _ if k & BOXED_BYTES != 0 => {
+                let len = p.cast::<u64>().read() as usize;
+                let ptr = p.add(8).cast::<u64>().read() as *const u8;
+                p = p.add(16);
+                boxed = true;
+                byte_view(k & !BOXED_BYTES, v, core::slice::from_raw_parts(ptr, len))
+            }
             _ => SyscallArgView::Pointer(v),
-        });
+        };
+        *slot = core::mem::MaybeUninit::new(view);
     }
     // SAFETY: the loop above wrote `args[..n]`; `MaybeUninit<T>` has the
     // layout of `T`.
@@ -660,6 +656,19 @@ unsafe fn read_record(at: *const u8, emit: &mut impl FnMut(&SyscallView<'_>)) {
     });
     if boxed {
         free_boxes(at);
+    }
+}
+
+/// The view of a path or buffer argument (`kind` without the boxed bit).
+#[inline(always)]
+fn byte_view(kind: u8, value: u64, bytes: &[u8]) -> SyscallArgView<'_> {
+    if kind == kind::PATH {
+        SyscallArgView::Path(bytes)
+    } else {
+        SyscallArgView::Buffer {
+            len: value,
+            data: bytes,
+        }
     }
 }
 
