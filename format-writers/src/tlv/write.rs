@@ -5,7 +5,7 @@
 //! `flush` once the process is known, or at `finish`. Model records the format has
 //! no place for (objects, stacks, threads, allocation events, symbols) are ignored.
 
-use std::io::{self, BufWriter, Write};
+use std::io::{self, Write};
 
 use super::{
     arg, encode_duration, flags, header_ie, segment, ByteOrder, FLAG_BIG_ENDIAN, MAGIC, MAX_ARGS,
@@ -18,14 +18,101 @@ const NS_PER_S: u64 = 1_000_000_000;
 
 /// Streaming writer of syscall capture TLV files.
 pub struct Writer<W: Write> {
-    out: BufWriter<W>,
+    out: Out<W>,
     order: ByteOrder,
     process: Option<Process>,
     info: Vec<(String, String)>,
     header_written: bool,
     scratch: Vec<u8>,
-    /// Where [`encode_small`] builds a segment (kept, not zeroed per call).
-    small: Box<[u8; SMALL]>,
+}
+
+/// Bytes [`Out`] gathers before writing them out.
+const OUT_CAP: usize = 1 << 16;
+
+/// The output buffer. Small syscall segments are encoded straight into its
+/// free part ([`Out::slot`], [`Out::commit`]): no copy and no `BufWriter`
+/// bookkeeping per call. Holds at most [`OUT_CAP`] bytes between calls,
+/// so [`SMALL`] bytes past them are always there; zeroed once, at creation.
+struct Out<W: Write> {
+    /// `None` only once handed back by [`Out::into_inner`].
+    inner: Option<W>,
+    buf: Box<[u8]>,
+    fill: usize,
+}
+
+impl<W: Write> Out<W> {
+    fn new(inner: W) -> Self {
+        Out {
+            inner: Some(inner),
+            buf: vec![0; OUT_CAP + SMALL].into_boxed_slice(),
+            fill: 0,
+        }
+    }
+
+    /// Writes the gathered bytes to the inner writer (dropped on error:
+    /// the trace stops there).
+    fn drain(&mut self) -> io::Result<()> {
+        let n = std::mem::take(&mut self.fill);
+        match self.inner.as_mut() {
+            Some(w) if n > 0 => w.write_all(&self.buf[..n]),
+            _ => Ok(()),
+        }
+    }
+
+    fn write_all(&mut self, b: &[u8]) -> io::Result<()> {
+        if self.fill + b.len() > OUT_CAP {
+            self.drain()?;
+            if b.len() > OUT_CAP {
+                return match self.inner.as_mut() {
+                    Some(w) => w.write_all(b),
+                    None => Ok(()),
+                };
+            }
+        }
+        self.buf[self.fill..self.fill + b.len()].copy_from_slice(b);
+        self.fill += b.len();
+        Ok(())
+    }
+
+    /// Where the next small segment is built.
+    #[inline(always)]
+    fn slot(&mut self) -> &mut [u8; SMALL] {
+        let at = self.fill;
+        (&mut self.buf[at..at + SMALL])
+            .try_into()
+            .expect("fill <= OUT_CAP leaves SMALL bytes")
+    }
+
+    /// Keeps the `n` bytes built in [`Out::slot`].
+    #[inline(always)]
+    fn commit(&mut self, n: usize) -> io::Result<()> {
+        self.fill += n;
+        if self.fill > OUT_CAP {
+            return self.drain();
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.drain()?;
+        match self.inner.as_mut() {
+            Some(w) => w.flush(),
+            None => Ok(()),
+        }
+    }
+
+    fn into_inner(mut self) -> io::Result<W> {
+        self.drain()?;
+        Ok(self.inner.take().expect("handed back once"))
+    }
+}
+
+impl<W: Write> Drop for Out<W> {
+    /// Best effort, as `BufWriter`'s: a writer dropped without `finish`
+    /// still writes what it gathered.
+    fn drop(&mut self) {
+        let _ = self.drain();
+    }
 }
 
 impl<W: Write> Writer<W> {
@@ -37,13 +124,12 @@ impl<W: Write> Writer<W> {
     /// A writer in a chosen byte order (header flag B0 records it).
     pub fn with_byte_order(out: W, order: ByteOrder) -> Self {
         Writer {
-            out: BufWriter::with_capacity(1 << 16, out),
+            out: Out::new(out),
             order,
             process: None,
             info: Vec::new(),
             header_written: false,
             scratch: Vec::with_capacity(256),
-            small: Box::new([0; SMALL]),
         }
     }
 
@@ -69,7 +155,7 @@ impl<W: Write> Writer<W> {
     /// Completes the file and hands back the underlying writer.
     pub fn finish_into_inner(mut self) -> io::Result<W> {
         self.ensure_header()?;
-        self.out.into_inner().map_err(|e| e.into_error())
+        self.out.into_inner()
     }
 
     #[cold]
@@ -95,13 +181,14 @@ impl<W: Write> Writer<W> {
         if !self.header_written {
             self.ensure_header()?;
         }
+        let slot = self.out.slot();
         let small = if self.order == ByteOrder::Big {
-            encode_small::<true>(&mut self.small, call)
+            encode_small::<true>(slot, call)
         } else {
-            encode_small::<false>(&mut self.small, call)
+            encode_small::<false>(slot, call)
         };
         if let Some(n) = small {
-            return self.out.write_all(&self.small[..n]);
+            return self.out.commit(n);
         }
         let mut buf = std::mem::take(&mut self.scratch);
         buf.clear();
