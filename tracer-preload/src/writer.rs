@@ -179,7 +179,6 @@ pub fn run(
     let mut last_flush = Instant::now();
     let mut idle = Duration::from_micros(500);
     let mut dirty = false;
-    let mut last_drain = Instant::now();
     loop {
         let mut got = 0u32;
         while let Ok(m) = rx.try_recv() {
@@ -189,12 +188,7 @@ pub fn run(
                 break;
             }
         }
-        let messages = got;
-        let drained = st.drain_syscalls();
-        got += drained.records as u32;
-        let drained_at = Instant::now();
-        let since_drain = drained_at - last_drain;
-        last_drain = drained_at;
+        got += st.drain_syscalls() as u32;
         ctl.progress.fetch_add(1, Ordering::Relaxed);
         let wanted = ctl.flush_requested.load(Ordering::SeqCst);
         if wanted != ctl.flush_done.load(Ordering::Relaxed) {
@@ -217,7 +211,7 @@ pub fn run(
         dirty |= got > 0;
         // Every 100 ms under load; as soon as the program pauses otherwise
         // (a short-lived process killed by a signal then loses nothing).
-        let since = drained_at.saturating_duration_since(last_flush);
+        let since = last_flush.elapsed();
         if since >= FLUSH_EVERY || (got == 0 && dirty && since >= FLUSH_WHEN_IDLE) {
             let fresh = st.objects.rescan_pending();
             st.emit_objects(fresh);
@@ -233,16 +227,6 @@ pub fn run(
             idle = (idle * 2).min(Duration::from_millis(10));
         } else {
             idle = Duration::from_micros(500);
-            if messages == 0 && drained.fullest >= PACE_FROM && !ctl.stop.load(Ordering::Relaxed) {
-                // Only system calls, and many: rather than chase the
-                // producers record by record (and wake up when one passes
-                // half a ring), sleep until the busiest ring is about a
-                // quarter full at the rate just seen. A trickle of calls
-                // takes the path above instead (the next pass finds
-                // nothing, and a quiet program's records reach the file
-                // within ~2 ms, as before).
-                sleep_until_woken(&rx, ring_pause(since_drain, drained.fullest));
-            }
         }
     }
     if let Some(at) = scan::take_request() {
@@ -256,20 +240,6 @@ pub fn run(
     st.finish(ctl);
     ctl.done.store(true, Ordering::SeqCst);
     rx
-}
-
-/// Bytes a drain must take from one ring for the writer to pace itself
-/// (a sixteenth of a ring, ~100 small records).
-const PACE_FROM: usize = syscalls::ring::CAP / 16;
-
-/// How long to sleep after a drain that took `bytes` from the fullest ring
-/// `since` after the previous one: the time that ring takes to fill a
-/// quarter at that rate, between 20 µs and 1 ms (what pacing may add to
-/// a record's way to the file).
-fn ring_pause(since: Duration, bytes: usize) -> Duration {
-    let quarter = (syscalls::ring::CAP / 4) as u128;
-    let ns = since.as_nanos() * quarter / (bytes.max(1) as u128);
-    Duration::from_nanos(ns.clamp(20_000, 1_000_000) as u64)
 }
 
 /// 1 while the writer sleeps; a producer that finds the channel full wakes it.
@@ -320,7 +290,7 @@ impl State {
 
     /// Writes the system calls the program's threads queued in their rings
     /// (see `syscalls::ring`); returns how many.
-    fn drain_syscalls(&mut self) -> syscalls::ring::Drained {
+    fn drain_syscalls(&mut self) -> usize {
         syscalls::ring::drain(|call| self.emit_syscall(call))
     }
 
