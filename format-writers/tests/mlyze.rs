@@ -1295,21 +1295,9 @@ fn spooled_finish_rebuilds_every_table_byte_for_byte() {
             },
         });
     }
-    let memory = write_all(&all);
-
-    // Spilled as it goes (30,000 events cross the 64 KiB spill size) and
-    // flushed at a few points; the last records are still pending at finish.
     let dir = scratch_dir("rebuild");
-    let (mut w, final_path) = Writer::create(&dir.join("r")).unwrap();
-    for (i, r) in all.iter().enumerate() {
-        w.write(r).unwrap();
-        if i % 9_999 == 0 {
-            w.flush().unwrap();
-        }
-    }
-    Box::new(w).finish().unwrap();
-    let spooled = std::fs::read(&final_path).unwrap();
-    assert_eq!(spooled, memory);
+    let spooled = spooled_file(&dir, "r", &all);
+    assert_eq!(spooled, write_all(&all));
     // And the file says what was written: stack 3's and 5's last frames.
     let back = read_all(&spooled);
     let stack = |id| {
@@ -1327,7 +1315,50 @@ fn spooled_finish_rebuilds_every_table_byte_for_byte() {
             .collect::<Vec<_>>(),
         [0x1105, 0x2000, 0x3000]
     );
+
+    // The same stream with every stack entry whose id does not ascend left
+    // out: the finish then streams the stacks from the log (the other path).
+    let mut last = None;
+    let ascending: Vec<Record> = all
+        .iter()
+        .filter(|r| match r {
+            Record::Stack(s) if last.is_some_and(|l| s.id <= l) => false,
+            Record::Stack(s) => {
+                last = Some(s.id);
+                true
+            }
+            _ => true,
+        })
+        .cloned()
+        .collect();
+    assert_eq!(
+        ascending.len(),
+        all.len() - 5,
+        "3 and 5 (below 7), then 3 set again once and 5 twice"
+    );
+    assert_eq!(spooled_file(&dir, "a", &ascending), write_all(&ascending));
+    // With the last stack still pending at finish (not spilled).
+    let mut tail = ascending.clone();
+    tail.push(Record::Stack(Stack {
+        id: 1_000_000,
+        frames: vec![unresolved(0x9000), resolved(0x9001, "late_one", 8)],
+    }));
+    assert_eq!(spooled_file(&dir, "p", &tail), write_all(&tail));
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The file a spooling writer finishes for `records` (spilled as it goes,
+/// flushed every 9,999 records; the last ones still pending at finish).
+fn spooled_file(dir: &Path, name: &str, records: &[Record]) -> Vec<u8> {
+    let (mut w, final_path) = Writer::create(&dir.join(name)).unwrap();
+    for (i, r) in records.iter().enumerate() {
+        w.write(r).unwrap();
+        if i % 9_999 == 0 {
+            w.flush().unwrap();
+        }
+    }
+    Box::new(w).finish().unwrap();
+    std::fs::read(&final_path).unwrap()
 }
 
 #[test]

@@ -745,10 +745,14 @@ fn stop_writer(print: bool) -> Option<Receiver<Msg>> {
     ctl.stop.store(true, Ordering::SeqCst);
     writer::wake();
     let begun = Instant::now();
-    let mut last = (ctl.progress.load(Ordering::Relaxed), Instant::now());
+    // The writer's own progress marks, and its file I/O (a finish writing
+    // a large mlyze file reads the spool's log back, then streams the
+    // metadata, without other marks).
+    let progress = || ctl.progress.load(Ordering::Relaxed) + crate::fds::io_done();
+    let mut last = (progress(), Instant::now());
     while !ctl.done.load(Ordering::SeqCst) {
         sys::sleep_us(1000);
-        let p = ctl.progress.load(Ordering::Relaxed);
+        let p = progress();
         if p != last.0 {
             last = (p, Instant::now());
         }

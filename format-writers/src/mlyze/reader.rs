@@ -12,7 +12,7 @@ use std::io::Read;
 use serde::Deserialize;
 
 use super::meta::{json_error, DocFrame, MetaRead, Runs, StackGen};
-use super::spool::{replay, CHUNK_EVENTS, CHUNK_RECORDS, SPOOL_MAGIC, SPOOL_VERSION};
+use super::spool::{replay, Stacks, CHUNK_EVENTS, CHUNK_RECORDS, SPOOL_MAGIC, SPOOL_VERSION};
 use super::writer::Tables;
 use super::{decode_event, Bad, RawEvent, ALLOC, EXPECTED_TYPE, FREE, GC, HEADER_LEN, MAGIC};
 use super::{MARKER, MAX_EVENT, SLOTS, VERSION};
@@ -707,7 +707,7 @@ impl<R: Read> Reader<R> {
         match kind {
             CHUNK_RECORDS => {
                 let t = &mut sp.tables;
-                replay(t, &payload, base, Some(&mut sp.pending))?;
+                replay(t, &payload, base, Some(&mut sp.pending), Stacks::Keep)?;
                 for (id, name) in t.functions.iter().enumerate().skip(sp.functions) {
                     ctx.functions.insert(id as u64, name.clone());
                 }

@@ -355,6 +355,25 @@ fn frame_of(t: &Tables, f: &FrameRef) -> Frame {
     }
 }
 
+/// What [`replay`] does with the stack entries.
+pub(super) enum Stacks<'a> {
+    /// Sets them in the tables, as the writer did.
+    Keep,
+    /// Leaves them out of the tables, noting whether their ids ascend.
+    Skip(&'a mut StackOrder),
+    /// Hands each to the callback (id, frames innermost first) and applies
+    /// no other entry to the tables (every entry is still parsed).
+    Only(&'a mut dyn FnMut(u64, &[FrameRef]) -> io::Result<()>),
+}
+
+/// Whether every stack entry so far had an id above the previous one: then
+/// the log lists the stacks once each, in the metadata's order.
+#[derive(Default)]
+pub(super) struct StackOrder {
+    last: Option<u64>,
+    pub out_of_order: bool,
+}
+
 /// Replays one log chunk into `t`; with `emit`, also yields the model records
 /// the entries stand for, in log order (the streaming spool reader).
 pub(super) fn replay(
@@ -362,14 +381,22 @@ pub(super) fn replay(
     buf: &[u8],
     base: u64,
     mut emit: Option<&mut VecDeque<Record>>,
+    mut stacks: Stacks<'_>,
 ) -> Result<()> {
+    let keep = !matches!(stacks, Stacks::Only(_));
+    let mut frames = Vec::new();
     let cur = &mut Cur { buf, pos: 0, base };
     while cur.pos < cur.buf.len() {
         let at = cur.at();
         let tag = cur.buf[cur.pos];
         cur.pos += 1;
         match tag {
-            entry::START => t.start_us = Some(cur.varint("start time")?),
+            entry::START => {
+                let us = cur.varint("start time")?;
+                if keep {
+                    t.start_us = Some(us);
+                }
+            }
             entry::PROCESS => {
                 let pid = cur.u32("pid")?;
                 let executable = cur.string("executable")?;
@@ -388,7 +415,9 @@ pub(super) fn replay(
                 if let Some(out) = emit.as_deref_mut() {
                     out.push_back(Record::Process(p.clone()));
                 }
-                t.process = Some(p);
+                if keep {
+                    t.process = Some(p);
+                }
             }
             entry::OBJECT => {
                 let path = cur.string("object path")?;
@@ -402,7 +431,9 @@ pub(super) fn replay(
                 if let Some(out) = emit.as_deref_mut() {
                     out.push_back(Record::Object(o.clone()));
                 }
-                t.objects.push(o);
+                if keep {
+                    t.objects.push(o);
+                }
             }
             entry::THREAD => {
                 let tid = cur.u32("thread id")?;
@@ -411,7 +442,9 @@ pub(super) fn replay(
                 if let Some(out) = emit.as_deref_mut() {
                     out.push_back(Record::Thread(th.clone()));
                 }
-                t.threads.push(th);
+                if keep {
+                    t.threads.push(th);
+                }
             }
             entry::FUNCTION | entry::FILE | entry::UNRESOLVED => {
                 let id_at = cur.at();
@@ -421,6 +454,12 @@ pub(super) fn replay(
                 } else {
                     t.functions.len()
                 };
+                if !keep {
+                    if tag != entry::UNRESOLVED {
+                        cur.string("table entry name")?;
+                    }
+                    continue;
+                }
                 if id as usize != expected {
                     return Err(FormatError::invalid(
                         id_at,
@@ -440,7 +479,8 @@ pub(super) fn replay(
             entry::STACK => {
                 let id = cur.varint("stack id")?;
                 let n = cur.count("frame count")?;
-                let mut frames = Vec::with_capacity(n);
+                frames.clear();
+                frames.reserve(n);
                 for _ in 0..n {
                     let f_at = cur.at();
                     let f = FrameRef {
@@ -449,15 +489,27 @@ pub(super) fn replay(
                         file: cur.u32("file id")?,
                         line: cur.u32("line")?,
                     };
-                    check_id(f.func, t.functions.len(), f_at, "function")?;
-                    check_id(f.file, t.files.len(), f_at, "file")?;
+                    if keep {
+                        check_id(f.func, t.functions.len(), f_at, "function")?;
+                        check_id(f.file, t.files.len(), f_at, "file")?;
+                    }
                     frames.push(f);
                 }
                 if let Some(out) = emit.as_deref_mut() {
                     let frames = frames.iter().map(|f| frame_of(t, f)).collect();
                     out.push_back(Record::Stack(Stack { id, frames }));
                 }
-                t.set_stack(id, frames);
+                match &mut stacks {
+                    Stacks::Keep => t.set_stack(id, std::mem::take(&mut frames)),
+                    Stacks::Skip(order) => {
+                        if order.last.is_some_and(|last| id <= last) {
+                            order.out_of_order = true;
+                        }
+                        order.last = Some(id);
+                    }
+                    Stacks::Only(each) => each(id, &frames)
+                        .map_err(|source| FormatError::Io { offset: at, source })?,
+                }
             }
             entry::ADDRESS_SYMBOL => {
                 let addr = cur.varint("address")?;
@@ -465,6 +517,9 @@ pub(super) fn replay(
                 let func = cur.u32("function id")?;
                 let file = cur.u32("file id")?;
                 let line = cur.u32("line")?;
+                if !keep {
+                    continue;
+                }
                 check_id(func, t.functions.len(), s_at, "function")?;
                 check_id(file, t.files.len(), s_at, "file")?;
                 if let Some(out) = emit.as_deref_mut() {
@@ -498,7 +553,9 @@ pub(super) fn replay(
                     let v = cur.string("info value")?;
                     pairs.push((k, v));
                 }
-                t.info.extend(pairs.iter().cloned());
+                if keep {
+                    t.info.extend(pairs.iter().cloned());
+                }
                 if let Some(out) = emit.as_deref_mut() {
                     out.push_back(Record::Info(pairs));
                 }
@@ -511,18 +568,30 @@ pub(super) fn replay(
                     FormatError::invalid(s_at, "a thread slot below 65536", slot.to_string())
                 })?;
                 let tid = cur.u32("thread id")?;
-                t.thread_slots.push((seq, slot, tid));
+                if keep {
+                    t.thread_slots.push((seq, slot, tid));
+                }
             }
             entry::MARKER_THREAD => {
                 let tid = cur.u32("marker thread")?;
-                t.marker_threads.push(tid);
+                if keep {
+                    t.marker_threads.push(tid);
+                }
             }
-            entry::DROPPED => t.dropped_syscalls = cur.varint("dropped syscall count")?,
+            entry::DROPPED => {
+                let total = cur.varint("dropped syscall count")?;
+                if keep {
+                    t.dropped_syscalls = total;
+                }
+            }
             entry::LEAK_SCAN => {
                 let event_seq = cur.varint("event sequence number of the leak scan")?;
                 let time_ns = cur.varint("leak scan time")?;
                 if let Some(out) = emit.as_deref_mut() {
                     out.push_back(Record::LeakScan { time_ns });
+                }
+                if !keep {
+                    continue;
                 }
                 t.leak_scans.push(LeakScan {
                     event_seq,
@@ -537,6 +606,9 @@ pub(super) fn replay(
                 let kind = LeakKind::from_code(code).ok_or_else(|| {
                     FormatError::invalid(k_at, "a leak kind 0..=3", code.to_string())
                 })?;
+                if !keep {
+                    continue;
+                }
                 let Some(scan) = t.leak_scans.last_mut() else {
                     return Err(FormatError::invalid(
                         at,
@@ -612,7 +684,7 @@ fn read_spool(file: &File) -> Result<(Tables, Ranges, RecoverStats)> {
         }
         if kind == CHUNK_RECORDS {
             let buf = src.read_vec(len, "a spool log chunk")?;
-            replay(&mut t, &buf, payload_at, None)?;
+            replay(&mut t, &buf, payload_at, None, Stacks::Keep)?;
         } else {
             src.skip(len, "a spool events chunk")?;
             ranges.push((payload_at, len));

@@ -7,8 +7,11 @@
 //! replaying the log, as [`super::recover`] does: during the run the writer keeps
 //! just what it needs to number names and time events (the name-to-id maps, the
 //! start time, the process), not the stacks. The stacks are the large part (a
-//! million distinct stacks of 20 frames: hundreds of MB), and the traced process
-//! would otherwise carry them through its whole run, its peak included.
+//! million distinct stacks of 20 frames: ~100 MB as tables), and the traced
+//! process would otherwise carry them through its whole run, its peak included.
+//! When their ids ascend in the log (each set once, in order, as the preload
+//! numbers them), `finish` does not rebuild them either: the metadata reads them
+//! from the log's chunks, once per pass (see [`StackFrom`]).
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -393,18 +396,56 @@ impl Tables {
     /// Streams the metadata JSON into `j` (no copy of the whole document is
     /// built: with many stacks it is the largest thing the writer makes).
     pub fn write_metadata<J: Write + ?Sized>(&self, j: &mut J) -> io::Result<()> {
+        self.write_metadata_from(j, &mut StackFrom::Tables)
+    }
+
+    /// Calls `each` with every stack (its rank, id and frames, innermost
+    /// first) in ascending id order, from the tables or the spool's log.
+    fn each_stack(
+        &self,
+        from: &mut StackFrom<'_>,
+        each: &mut EachStack<'_>,
+    ) -> io::Result<()> {
+        match from {
+            StackFrom::Tables => {
+                let mut order: Vec<usize> = (0..self.stacks.len()).collect();
+                order.sort_unstable_by_key(|&i| self.stacks[i].0);
+                for (n, &i) in order.iter().enumerate() {
+                    each(n, self.stacks[i].0, &self.frames(i))?;
+                }
+                Ok(())
+            }
+            StackFrom::Log { io, len, pending } => {
+                let mut n = 0;
+                let mut one = |id: StackId, frames: &[FrameRef]| {
+                    each(n, id, frames)?;
+                    n += 1;
+                    Ok(())
+                };
+                each_log_chunk(&mut **io, *len, pending, &mut |buf, base| {
+                    // Only stacks are taken: the scratch tables stay empty.
+                    let only = spool::Stacks::Only(&mut one);
+                    spool::replay(&mut Tables::default(), buf, base, None, only)
+                })
+            }
+        }
+    }
+
+    /// [`Tables::write_metadata`] with the stacks taken from `from`.
+    fn write_metadata_from<J: Write + ?Sized>(
+        &self,
+        j: &mut J,
+        from: &mut StackFrom<'_>,
+    ) -> io::Result<()> {
         let mut late: FastMap<u64, (u32, u32, u32)> = FastMap::default();
         if self.unresolved.is_some() {
             for &(addr, func, file, line) in &self.address_symbols {
                 late.insert(addr, (func, file, line));
             }
         }
-        let mut order: Vec<usize> = (0..self.stacks.len()).collect();
-        order.sort_unstable_by_key(|&i| self.stacks[i].0);
 
         j.write_all(b"{\"stack_traces\":{")?;
-        for (n, &i) in order.iter().enumerate() {
-            let (id, frames) = (self.stacks[i].0, self.frames(i));
+        self.each_stack(from, &mut |n, id, frames| {
             sep(j, n)?;
             write!(j, "\"{id}\":[")?;
             // Outermost frame first, as in the document's example (main, then its callee).
@@ -416,8 +457,8 @@ impl Tables {
                 sep(j, k)?;
                 put_frame(j, file, line, func)?;
             }
-            j.write_all(b"]")?;
-        }
+            j.write_all(b"]")
+        })?;
         j.write_all(b"},\"files\":")?;
         string_table(j, &self.files)?;
         j.write_all(b",\"functions\":")?;
@@ -431,8 +472,7 @@ impl Tables {
             None => j.write_all(b"null")?,
         }
         j.write_all(b",\"stack_addresses\":{")?;
-        for (n, &i) in order.iter().enumerate() {
-            let (id, frames) = (self.stacks[i].0, self.frames(i));
+        self.each_stack(from, &mut |n, id, frames| {
             sep(j, n)?;
             write!(j, "\"{id}\":[")?;
             for (k, f) in frames.iter().rev().enumerate() {
@@ -440,8 +480,8 @@ impl Tables {
                 let mut d = Digits::new();
                 j.write_all(d.of(f.addr))?;
             }
-            j.write_all(b"]")?;
-        }
+            j.write_all(b"]")
+        })?;
         j.write_all(b"},\"process\":")?;
         match &self.process {
             Some(p) => {
@@ -851,66 +891,67 @@ impl<W: Write> Writer<W> {
 
     /// The tables a spooling writer logged: its log chunks replayed from the
     /// spool (event chunks skipped), then the entries not spilled yet. The
-    /// run-time tables (name maps, log buffer) are dropped first, so the
-    /// finish holds one set of tables, as the in-memory writer does.
-    fn replay_spool(&mut self) -> io::Result<()> {
+    /// run-time tables (name maps, log buffer) are dropped first. Stacks stay
+    /// in the log when their ids ascend in it (each set once, in order: what
+    /// the preload writes), and the metadata reads them from there; otherwise
+    /// (ids out of order, a stack set again) the log is replayed a second time
+    /// with them, into the tables the in-memory writer would have.
+    /// Returns the entries not spilled when the stacks stay in the log.
+    fn replay_spool(&mut self) -> io::Result<Option<Vec<u8>>> {
         let Some(sp) = &mut self.spool else {
-            return Ok(());
+            return Ok(None);
         };
         let pending = std::mem::take(&mut self.t).log.unwrap_or_default();
-        let corrupt = |e: crate::error::FormatError| io::Error::new(io::ErrorKind::InvalidData, e);
-        let io = sp.file.io();
+        let mut order = spool::StackOrder::default();
         let mut t = Tables::default();
-        let mut buf = Vec::new();
-        let mut at = spool::SPOOL_HEADER_LEN as u64;
-        io.seek(SeekFrom::Start(at))?;
-        while at < sp.len {
-            let mut head = [0u8; spool::CHUNK_HEAD];
-            io.read_exact(&mut head)?;
-            let len = u32::from_le_bytes([head[1], head[2], head[3], head[4]]);
-            let payload_at = at + spool::CHUNK_HEAD as u64;
-            if head[0] == spool::CHUNK_RECORDS {
-                buf.clear();
-                let read = io.take(u64::from(len)).read_to_end(&mut buf)?;
-                if read != len as usize {
-                    return Err(io::Error::new(
-                        io::ErrorKind::UnexpectedEof,
-                        format!("spool log chunk at {at} shorter than its {len} bytes"),
-                    ));
-                }
-                spool::replay(&mut t, &buf, payload_at, None).map_err(corrupt)?;
-            } else {
-                io.seek(SeekFrom::Current(i64::from(len)))?;
-            }
-            at = payload_at + u64::from(len);
+        each_log_chunk(sp.file.io(), sp.len, &pending, &mut |buf, base| {
+            spool::replay(&mut t, buf, base, None, spool::Stacks::Skip(&mut order))
+        })?;
+        if order.out_of_order {
+            t = Tables::default();
+            each_log_chunk(sp.file.io(), sp.len, &pending, &mut |buf, base| {
+                spool::replay(&mut t, buf, base, None, spool::Stacks::Keep)
+            })?;
         }
-        drop(buf);
-        spool::replay(&mut t, &pending, sp.len, None).map_err(corrupt)?;
         self.t = t;
-        Ok(())
+        Ok((!order.out_of_order).then_some(pending))
     }
 
     fn finish_inner(mut self) -> io::Result<()> {
-        self.replay_spool()?;
+        let in_log = self.replay_spool()?;
+        let Writer {
+            out,
+            t,
+            spool,
+            events,
+            ..
+        } = &mut self;
+        let mut from = match (spool.as_mut(), &in_log) {
+            (Some(sp), Some(pending)) => StackFrom::Log {
+                len: sp.len,
+                io: sp.file.io(),
+                pending,
+            },
+            _ => StackFrom::Tables,
+        };
         let mut counter = Counter(0);
-        self.t.write_metadata(&mut counter)?;
+        t.write_metadata_from(&mut counter, &mut from)?;
         let meta_len = u32::try_from(counter.0).map_err(|_| {
             io::Error::new(
                 io::ErrorKind::InvalidData,
                 "mlyze metadata exceeds the 4 GiB its 32-bit length field can describe",
             )
         })?;
-        self.out
-            .write_all(&header(self.t.header_start_us(), meta_len))?;
-        self.t.write_metadata(&mut self.out)?;
-        if let Some(sp) = &mut self.spool {
+        out.write_all(&header(t.header_start_us(), meta_len))?;
+        t.write_metadata_from(out, &mut from)?;
+        if let Some(sp) = spool {
             match &mut sp.file {
-                SpoolStore::File(f) => copy_ranges(f, &sp.event_ranges, &mut self.out)?,
-                SpoolStore::Other(o) => copy_ranges(o.as_mut(), &sp.event_ranges, &mut self.out)?,
+                SpoolStore::File(f) => copy_ranges(f, &sp.event_ranges, out)?,
+                SpoolStore::Other(o) => copy_ranges(o.as_mut(), &sp.event_ranges, out)?,
             }
         }
-        self.out.write_all(&self.events)?;
-        self.out.flush()?;
+        out.write_all(events)?;
+        out.flush()?;
         if let Some(sp) = self.spool.take() {
             drop(sp.file);
             if let Some(path) = &sp.path {
@@ -919,6 +960,60 @@ impl<W: Write> Writer<W> {
         }
         Ok(())
     }
+}
+
+/// Called with a stack's rank in the metadata, its id, its frames (innermost first).
+type EachStack<'a> = dyn FnMut(usize, StackId, &[FrameRef]) -> io::Result<()> + 'a;
+
+/// Where the metadata's stacks come from.
+enum StackFrom<'a> {
+    /// `Tables::stacks`.
+    Tables,
+    /// The stack entries of a spool's log (of `len` bytes) and of `pending`
+    /// (entries not spilled), listed once each in ascending id order.
+    Log {
+        io: &'a mut dyn SpoolIo,
+        len: u64,
+        pending: &'a [u8],
+    },
+}
+
+/// Calls `each` with the payload of every log chunk of the spool `io` (its
+/// first `len` bytes), then with `pending`, and the spool offset of each.
+fn each_log_chunk(
+    io: &mut dyn SpoolIo,
+    len: u64,
+    pending: &[u8],
+    each: &mut dyn FnMut(&[u8], u64) -> crate::error::Result<()>,
+) -> io::Result<()> {
+    let fail = |e: crate::error::FormatError| match e {
+        crate::error::FormatError::Io { source, .. } => source,
+        other => io::Error::new(io::ErrorKind::InvalidData, other),
+    };
+    let mut buf = Vec::new();
+    let mut at = spool::SPOOL_HEADER_LEN as u64;
+    io.seek(SeekFrom::Start(at))?;
+    while at < len {
+        let mut head = [0u8; spool::CHUNK_HEAD];
+        io.read_exact(&mut head)?;
+        let n = u32::from_le_bytes([head[1], head[2], head[3], head[4]]);
+        let payload_at = at + spool::CHUNK_HEAD as u64;
+        if head[0] == spool::CHUNK_RECORDS {
+            buf.clear();
+            let read = (&mut *io).take(u64::from(n)).read_to_end(&mut buf)?;
+            if read != n as usize {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    format!("spool log chunk at {at} shorter than its {n} bytes"),
+                ));
+            }
+            each(&buf, payload_at).map_err(fail)?;
+        } else {
+            io.seek(SeekFrom::Current(i64::from(n)))?;
+        }
+        at = payload_at + u64::from(n);
+    }
+    each(pending, len).map_err(fail)
 }
 
 /// Copies byte ranges of `from` to `to` (the kernel copies file to file).
