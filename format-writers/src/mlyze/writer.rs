@@ -401,11 +401,7 @@ impl Tables {
 
     /// Calls `each` with every stack (its rank, id and frames, innermost
     /// first) in ascending id order, from the tables or the spool's log.
-    fn each_stack(
-        &self,
-        from: &mut StackFrom<'_>,
-        each: &mut EachStack<'_>,
-    ) -> io::Result<()> {
+    fn each_stack(&self, from: &mut StackFrom<'_>, each: &mut EachStack<'_>) -> io::Result<()> {
         match from {
             StackFrom::Tables => {
                 let mut order: Vec<usize> = (0..self.stacks.len()).collect();
