@@ -281,6 +281,45 @@ impl Cur<'_> {
         self.long_varint(what)
     }
 
+    /// A well-formed varint, or `None` (position then unspecified).
+    #[inline]
+    fn quick(&mut self) -> Option<u64> {
+        let mut value = 0u64;
+        for i in 0..10u32 {
+            let b = *self.buf.get(self.pos)?;
+            self.pos += 1;
+            if i == 9 && b > 1 {
+                return None;
+            }
+            value |= u64::from(b & 0x7f) << (7 * i);
+            if b < 0x80 {
+                return Some(value);
+            }
+        }
+        None
+    }
+
+    /// A logged frame's four varints when all are well formed and the ids
+    /// fit 32 bits, with no error to build per field; `None` leaves the
+    /// position unchanged, for the checked reads to say what is wrong.
+    #[inline]
+    fn quick_frame(&mut self) -> Option<FrameRef> {
+        let start = self.pos;
+        let mut one = || {
+            Some(FrameRef {
+                addr: self.quick()?,
+                func: u32::try_from(self.quick()?).ok()?,
+                file: u32::try_from(self.quick()?).ok()?,
+                line: u32::try_from(self.quick()?).ok()?,
+            })
+        };
+        let f = one();
+        if f.is_none() {
+            self.pos = start;
+        }
+        f
+    }
+
     #[inline(never)]
     fn long_varint(&mut self, what: &str) -> Result<u64> {
         let start = self.at();
@@ -499,11 +538,14 @@ pub(super) fn replay(
                 frames.reserve(n);
                 for _ in 0..n {
                     let f_at = cur.at();
-                    let f = FrameRef {
-                        addr: cur.varint("frame address")?,
-                        func: cur.u32("function id")?,
-                        file: cur.u32("file id")?,
-                        line: cur.u32("line")?,
+                    let f = match cur.quick_frame() {
+                        Some(f) => f,
+                        None => FrameRef {
+                            addr: cur.varint("frame address")?,
+                            func: cur.u32("function id")?,
+                            file: cur.u32("file id")?,
+                            line: cur.u32("line")?,
+                        },
                     };
                     if keep {
                         check_id(f.func, t.functions.len(), f_at, "function")?;
