@@ -303,25 +303,53 @@ struct Memo {
     generation: u64,
     /// Captures left that skip the depth memo (see [`walk_memo`]).
     by_address_runs: u32,
+    /// Frames of the current capture whose address was not the memo's at
+    /// their depth.
+    misses: u32,
     entries: [Slot; MEMO_FRAMES],
+    /// `entries` again, reduced to what [`walk_quick`] reads: always
+    /// `quick_of(&entries[k])`.
+    /// One more than the memo's depth: `quick[MEMO_FRAMES]` stays
+    /// [`NO_QUICK`], the end marker of [`walk_quick`]'s loop.
+    quick: [Quick; MEMO_FRAMES + 1],
     /// The thread's recent rules by return address (direct-mapped): where
     /// a capture's frames sit at other depths than the previous capture's
     /// (an interpreter: python3's allocations come from call chains of
     /// varying length, and the depth memo hits ~5% of its frames there),
     /// the rule still comes from here instead of the global table.
-    by_ra: [Slot; BY_RA],
+    by_ra: ByRa,
 }
+
+/// The thread's rules by return address: `slots[i]`, and the same rule in
+/// [`walk_quick`]'s form, `quick[i] == quick_of(&slots[i])`.
+struct ByRa {
+    slots: [Slot; BY_RA],
+    quick: [Quick; BY_RA],
+}
+
+const EMPTY_BY_RA: ByRa = ByRa {
+    slots: [EMPTY_SLOT; BY_RA],
+    quick: [NO_QUICK; BY_RA],
+};
 
 /// Entries of [`Memo::by_ra`] (24 bytes each).
 const BY_RA: usize = 256;
 
+/// Where `ip`'s rule lies in [`Memo::by_ra`].
+#[inline(always)]
+fn by_ra_index(ip: u64) -> usize {
+    (ip.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 56) as usize & (BY_RA - 1)
+}
+
 /// `ip`'s rule from the thread's rules by address, else from `lookup`
 /// (and kept there).
 #[inline(always)]
-fn by_address(by_ra: &mut [Slot; BY_RA], ip: u64, lookup: &mut impl FnMut(u64) -> u64) -> Slot {
-    let h = &mut by_ra[(ip.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 56) as usize & (BY_RA - 1)];
+fn by_address(by_ra: &mut ByRa, ip: u64, lookup: &mut impl FnMut(u64) -> u64) -> Slot {
+    let i = by_ra_index(ip);
+    let h = &mut by_ra.slots[i];
     if h.ra != ip {
         *h = slot_of(ip, lookup(ip));
+        by_ra.quick[i] = quick_of(h);
     }
     *h
 }
@@ -333,8 +361,10 @@ thread_local! {
         core::cell::UnsafeCell::new(Memo {
             generation: 0,
             by_address_runs: 0,
+            misses: 0,
             entries: [EMPTY_SLOT; MEMO_FRAMES],
-            by_ra: [EMPTY_SLOT; BY_RA],
+            quick: [NO_QUICK; MEMO_FRAMES + 1],
+            by_ra: EMPTY_BY_RA,
         })
     };
 }
@@ -426,6 +456,33 @@ const EMPTY_SLOT: Slot = Slot {
     flags: 0,
 };
 
+/// Which branch of [`apply`] evaluates a rule. The rsp-based shapes are
+/// narrowed to the rules whose words lie between `rsp` and the CFA by
+/// construction (an aligned CFA at least 8 above `rsp`; a saved `rbp`
+/// aligned, at or above `rsp` and below the return address): given `apply`'s
+/// precondition, their only test left is `cfa <= hi`. Any other rule is
+/// [`SHAPE_GENERAL`], which performs every test.
+fn shape_of(cfa_rbp: bool, saved: bool, cfa_off: u32, rbp_off: i32) -> u8 {
+    let framed = cfa_off >= 8 && cfa_off.is_multiple_of(8);
+    // Where the saved rbp lies relative to rsp (cfa_off < 2^24: no overflow).
+    let rbp_at = cfa_off as i32 + rbp_off;
+    if cfa_rbp && cfa_off == 16 && saved && rbp_off == -16 {
+        SHAPE_FP
+    } else if !cfa_rbp && !saved && framed {
+        SHAPE_RSP
+    } else if !cfa_rbp
+        && saved
+        && framed
+        && rbp_at >= 0
+        && rbp_at <= cfa_off as i32 - 8
+        && rbp_at % 8 == 0
+    {
+        SHAPE_RSP_SAVED
+    } else {
+        SHAPE_GENERAL
+    }
+}
+
 /// Unpacks the encoded rule `v` of return address `ra` (check bits already
 /// verified by [`lookup`]).
 #[inline(always)]
@@ -441,15 +498,7 @@ fn slot_of(ra: u64, v: u64) -> Slot {
                 ra,
                 cfa_off,
                 rbp_at_off: cfa_off as i32 + if saved { rbp_off } else { -8 },
-                shape: if cfa_rbp && cfa_off == 16 && saved && rbp_off == -16 {
-                    SHAPE_FP
-                } else if !cfa_rbp && !saved {
-                    SHAPE_RSP
-                } else if !cfa_rbp {
-                    SHAPE_RSP_SAVED
-                } else {
-                    SHAPE_GENERAL
-                },
+                shape: shape_of(cfa_rbp, saved, cfa_off, rbp_off),
                 flags: if cfa_rbp { F_CFA_RBP } else { 0 } | if saved { F_RBP_SAVED } else { 0 },
             }
         }
@@ -467,56 +516,68 @@ fn slot_of(ra: u64, v: u64) -> Slot {
 /// reference walk ends (a word outside the stack or unaligned, a CFA not
 /// above `rsp`).
 ///
-/// Requires `rsp` 8-aligned and `lo <= rsp` (checked before the first frame,
-/// kept since: the next `rsp` is an accepted CFA). Then a CFA that is
-/// aligned and in `(rsp, hi]` is at least `rsp + 8`, so the return address
-/// at CFA-8 lies in `[lo, hi - 8]`: the reference's test of that word in two
-/// comparisons. `span8` is `hi - lo - 8`: `a - lo <= span8` (wrapping) is
-/// `lo <= a && a + 8 <= hi`.
+/// Requires (checked by [`walk`] before the first frame, kept since: the
+/// next `rsp` is an accepted CFA, aligned and above the last one) `rsp`
+/// 8-aligned, `lo <= rsp <= hi`, `hi - lo >= 16` and `hi < 2^63` (`rsp`
+/// plus a 24-bit offset cannot wrap). `span16` is `hi - lo - 16`:
+/// `a - lo <= span16` (wrapping: an `a` below `lo` is huge) is `lo <= a &&
+/// a + 16 <= hi`.
 ///
-/// The three common shapes get branches of their own (the same tests, with
-/// what their rule makes constant folded in): the processor predicts the
-/// branch and starts the next frame's loads from `rbp` (frame pointers) or
-/// `rsp` alone, instead of waiting for the slot's flags (and, through the
-/// CFA register's selection, for the rbp just loaded). Other rules read
-/// both words whatever the rule, so their loads wait on no branch.
+/// The three common shapes get branches of their own, the frame-pointer
+/// one first, each with only the tests its rule leaves open (see
+/// [`shape_of`]): the processor predicts the branch and starts the next
+/// frame's loads from `rbp` (frame pointers) or `rsp` alone, instead of
+/// waiting for the slot's flags (and, through the CFA register's selection,
+/// for the rbp just loaded). Other rules read both words whatever the rule,
+/// so their loads wait on no branch.
 #[inline(always)]
-fn apply(s: &Slot, rsp: u64, rbp: u64, lo: u64, hi: u64, span8: u64) -> Option<(u64, u64, u64)> {
+fn apply(s: &Slot, rsp: u64, rbp: u64, lo: u64, hi: u64, span16: u64) -> Option<(u64, u64, u64)> {
     if s.shape == SHAPE_FP {
-        // cfa = rbp + 16, the saved rbp at rbp, the return address at
-        // rbp + 8: the general tests with rbp_at = rbp (aligned exactly
-        // when the CFA is).
-        let cfa = rbp.wrapping_add(16);
-        if cfa <= rsp || cfa > hi || rbp.wrapping_sub(lo) > span8 || rbp & 7 != 0 {
+        // The saved rbp at rbp, the return address at rbp + 8, the CFA at
+        // rbp + 16: both words inside the stack is `lo <= rbp` and `rbp +
+        // 16 <= hi` (one comparison), aligned with rbp, and the CFA above
+        // rsp (the reference's three tests).
+        if rbp & 7 != 0 || rbp.wrapping_sub(lo) > span16 {
             return None;
         }
-        // SAFETY: [rbp, rbp + 16) = [cfa - 16, cfa) lies inside this
-        // thread's stack (see above).
+        // No overflow: rbp <= hi - 16.
+        let cfa = rbp + 16;
+        if cfa <= rsp {
+            return None;
+        }
+        // SAFETY: [rbp, rbp + 16) lies inside this thread's stack (above).
         let (saved, ra) = unsafe { (*(rbp as *const u64), *((rbp + 8) as *const u64)) };
         return Some((ra, cfa, saved));
     }
     if s.shape == SHAPE_RSP {
-        // rbp_at is the return address's slot: its test is implied.
-        let cfa = rsp.wrapping_add(s.cfa_off as u64);
-        if cfa <= rsp || cfa > hi || cfa & 7 != 0 {
+        // cfa_off is a multiple of 8 and at least 8 (shape_of): the CFA is
+        // aligned and in [rsp + 8, rsp + 2^24) (no wrap: rsp <= hi < 2^63),
+        // so the return address at CFA-8 is at or above rsp >= lo and the
+        // CFA above rsp. Only the upper bound is left to test.
+        let cfa = rsp + s.cfa_off as u64;
+        if cfa > hi {
             return None;
         }
-        // SAFETY: [cfa - 8, cfa) lies inside this thread's stack.
+        // SAFETY: [cfa - 8, cfa) lies in [rsp, hi): this thread's stack.
         let ra = unsafe { *((cfa - 8) as *const u64) };
         return Some((ra, cfa, rbp));
     }
     if s.shape == SHAPE_RSP_SAVED {
-        // The general tests with base = rsp: the next CFA depends on rsp
-        // alone, not on the rbp just loaded.
-        let cfa = rsp.wrapping_add(s.cfa_off as u64);
-        let rbp_at = rsp.wrapping_add(s.rbp_at_off as i64 as u64);
-        if cfa <= rsp || cfa > hi || rbp_at.wrapping_sub(lo) > span8 || (cfa | rbp_at) & 7 != 0 {
+        // As SHAPE_RSP, and the saved rbp lies in [rsp, cfa - 8], aligned
+        // (shape_of): inside the stack once the CFA is.
+        let cfa = rsp + s.cfa_off as u64;
+        if cfa > hi {
             return None;
         }
-        // SAFETY: both words checked above to lie inside this thread's stack.
+        let rbp_at = rsp + s.rbp_at_off as u64;
+        // SAFETY: both words lie in [rsp, cfa) within this thread's stack.
         let (ra, saved) = unsafe { (*((cfa - 8) as *const u64), *(rbp_at as *const u64)) };
         return Some((ra, cfa, saved));
     }
+    // Any rule: every test. With rsp aligned and >= lo, an aligned CFA in
+    // (rsp, hi] is at least rsp + 8, so the return address at CFA-8 lies in
+    // [lo, hi - 8]; span8 = hi - lo - 8 tests the saved rbp's word.
+    let span8 = span16 + 8;
     let base_mask = 0u64.wrapping_sub((s.flags & F_CFA_RBP) as u64);
     let take_mask = 0u64.wrapping_sub(((s.flags & F_RBP_SAVED) >> 1) as u64);
     let base = rsp ^ ((rsp ^ rbp) & base_mask);
@@ -545,7 +606,15 @@ fn walk(
     hi: u64,
     mut lookup: impl FnMut(u64) -> u64,
 ) -> Option<usize> {
-    if hi >= lo && hi - lo >= 8 && rsp >= lo && rsp <= hi && rsp & 7 == 0 {
+    if hi >= lo
+        && hi - lo >= 16
+        && hi - lo < u32::MAX as u64
+        && hi < 1 << 63
+        && lo & 7 == 0
+        && rsp >= lo
+        && rsp <= hi
+        && rsp & 7 == 0
+    {
         walk_memo(memo, buf, ip, rsp, rbp, lo, hi, lookup)
     } else {
         walk_rules(buf, ip, rsp, rbp, lo, hi, |ip| decode(ip, lookup(ip)))
@@ -555,8 +624,7 @@ fn walk(
 /// The walk: frame `k < MEMO_FRAMES` takes its rule from the memo when the
 /// return address is the one remembered there; otherwise (and for deeper
 /// frames) from the thread's rules by address, or from `lookup` (and into
-/// both). `rsp` must be
-/// aligned and inside `[lo, hi]`, `hi - lo >= 8`.
+/// both). Requires [`apply`]'s precondition.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 fn walk_memo(
@@ -572,87 +640,278 @@ fn walk_memo(
     let generation = GENERATION.load(Ordering::Acquire);
     if memo.generation != generation {
         memo.entries = [EMPTY_SLOT; MEMO_FRAMES];
-        memo.by_ra = [EMPTY_SLOT; BY_RA];
+        memo.quick = [NO_QUICK; MEMO_FRAMES + 1];
+        memo.by_ra = EMPTY_BY_RA;
         memo.generation = generation;
     }
-    let span8 = hi - lo - 8;
-    let head = buf.len().min(MEMO_FRAMES);
-    let Memo {
-        entries,
-        by_ra,
-        by_address_runs,
-        ..
-    } = memo;
-    if *by_address_runs > 0 {
+    let span16 = hi - lo - 16;
+    if memo.by_address_runs > 0 {
         // The depth memo missed most frames lately: rules by address only.
-        *by_address_runs -= 1;
-        return walk_frames(buf, ip, rsp, rbp, lo, hi, span8, |_, ip| {
+        memo.by_address_runs -= 1;
+        let by_ra = &mut memo.by_ra;
+        return walk_frames(buf, 0, ip, rsp, rbp, lo, hi, span16, |ip| {
             by_address(by_ra, ip, &mut lookup)
         });
     }
-    let (mut ip, mut rsp, mut rbp) = (ip, rsp, rbp);
-    let mut misses = 0usize;
-    let mut n = 0;
-    while n < buf.len() {
-        buf[n] = ip;
-        let fresh;
-        let s = if n < head {
-            let e = &mut entries[n];
-            if e.ra != ip {
-                misses += 1;
-                *e = by_address(by_ra, ip, &mut lookup);
+    let head = buf.len().min(MEMO_FRAMES);
+    let mut r = Regs { n: 0, ip, rsp, rbp };
+    memo.misses = 0;
+    let got = 'walk: loop {
+        // Runs of frames whose rule is the memo's and a frame-pointer or
+        // plain rsp+k rule: the quick loop. It needs a nonzero `ip`, which
+        // every frame after the first has (a zero return address ends the
+        // walk).
+        let ended = r.ip != 0
+            && if head == MEMO_FRAMES {
+                walk_quick::<true>(memo, buf, head, &mut r, lo, hi, span16)
+            } else {
+                walk_quick::<false>(memo, buf, head, &mut r, lo, hi, span16)
+            };
+        if ended {
+            break 'walk Some(r.n);
+        }
+        let n = r.n;
+        if n >= head {
+            if n == buf.len() {
+                break 'walk Some(n);
             }
-            &*e
-        } else {
-            fresh = by_address(by_ra, ip, &mut lookup);
-            &fresh
-        };
-        n += 1;
-        let Some((ra, cfa, next_rbp)) = apply(s, rsp, rbp, lo, hi, span8) else {
-            if s.flags & F_COMPLEX != 0 {
+            // Deeper than the memo: rules by address.
+            let by_ra = &mut memo.by_ra;
+            break 'walk walk_frames(buf, n, r.ip, r.rsp, r.rbp, lo, hi, span16, |ip| {
+                by_address(by_ra, ip, &mut lookup)
+            });
+        }
+        // Frame n in general: any rule, the memo refreshed on a miss.
+        buf[n] = r.ip;
+        let e = &mut memo.entries[n];
+        if e.ra != r.ip {
+            memo.misses += 1;
+            *e = by_address(&mut memo.by_ra, r.ip, &mut lookup);
+        }
+        // Also where `entries[n]` was right and the quick slot not (see
+        // quick_miss).
+        memo.quick[n] = quick_of(e);
+        r.n = n + 1;
+        let Some((ra, cfa, next_rbp)) = apply(e, r.rsp, r.rbp, lo, hi, span16) else {
+            if e.flags & F_COMPLEX != 0 {
                 return None;
             }
-            break;
+            break 'walk Some(r.n);
         };
-        rbp = next_rbp;
-        rsp = cfa;
+        r.rbp = next_rbp;
+        r.rsp = cfa;
         if ra == 0 {
-            break;
+            break 'walk Some(r.n);
         }
-        ip = ra;
-    }
-    let got = Some(n);
-    if misses * 2 > n {
+        r.ip = ra;
+    };
+    if memo.misses as usize * 2 > r.n {
         // More than half of the frames were not where the previous
         // capture had them (an interpreter's call chains of varying
         // length): the comparison per frame is then a branch the processor
         // mispredicts often, for little, so the next captures skip it; the
         // depth memo is tried again after them.
-        *by_address_runs = 63;
+        memo.by_address_runs = 63;
     }
     got
 }
 
-/// The frame loop of [`walk_memo`] without the depth memo: `slot_for(k,
-/// ip)` is frame `k`'s rule.
+/// A memo slot reduced for [`walk_quick`]: `ra` the return address (0
+/// when the rule is none of the three shapes below), `cfa_off` 0 for
+/// [`SHAPE_FP`], else the CFA offset of a [`SHAPE_RSP`] or
+/// [`SHAPE_RSP_SAVED`] rule (a multiple of 8, at least 8), and `rbp_at` the
+/// saved rbp's offset from rsp for [`SHAPE_RSP_SAVED`] (else -1). 16 bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Quick {
+    ra: u64,
+    cfa_off: u32,
+    rbp_at: i32,
+}
+
+/// [`Quick::cfa_off`] of a rule that ends the walk after its frame (the
+/// outermost frame, or any "CFA = rsp + 0"): the CFA it gives is above
+/// `hi` ([`walk`] requires `hi - lo < 2^32 - 1`).
+const QUICK_STOP: u32 = u32::MAX;
+
+const NO_QUICK: Quick = Quick {
+    ra: 0,
+    cfa_off: 0,
+    rbp_at: -1,
+};
+
+fn quick_of(s: &Slot) -> Quick {
+    match s.shape {
+        SHAPE_FP => Quick {
+            ra: s.ra,
+            cfa_off: 0,
+            rbp_at: -1,
+        },
+        SHAPE_RSP => Quick {
+            ra: s.ra,
+            cfa_off: s.cfa_off,
+            rbp_at: -1,
+        },
+        SHAPE_RSP_SAVED => Quick {
+            ra: s.ra,
+            cfa_off: s.cfa_off,
+            rbp_at: s.rbp_at_off,
+        },
+        // CFA = rsp + 0 (the outermost frame's slot among them): not
+        // above rsp, so the walk ends after storing the frame.
+        SHAPE_GENERAL if s.flags & (F_CFA_RBP | F_COMPLEX) == 0 && s.cfa_off == 0 => Quick {
+            ra: s.ra,
+            cfa_off: QUICK_STOP,
+            rbp_at: -1,
+        },
+        _ => NO_QUICK,
+    }
+}
+
+/// The walk's position: frames `buf[..n]` stored, `ip` the next frame's
+/// return address, `rsp` and `rbp` as that frame sees them.
+struct Regs {
+    n: usize,
+    ip: u64,
+    rsp: u64,
+    rbp: u64,
+}
+
+/// Walks on while frame `r.n` is below `head` and its rule is a quick one
+/// (frame pointer, rsp+k, rsp+k with rbp saved: [`Quick`]) found by its
+/// return address at that depth of the memo or, failing that, in the
+/// thread's rules by address. Returns `true` when the walk ended (as [`apply`]
+/// would end it, or at a zero return address), `false` at the first frame
+/// left to the general step (not stored yet: an unknown address, another
+/// shape, or `head`).
+///
+/// The same tests as [`apply`]'s branches for these shapes, the
+/// frame-pointer one folded further: `(rbp - lo) >> 3`, rotated so that
+/// the three low bits land on top, is at most `span16 >> 3` exactly when
+/// `rbp` is aligned (`lo` is) and `lo <= rbp <= hi - 16`. What the quick
+/// form saves is the slot's shape dispatch (one comparison of the address
+/// finds the rule and whether it is quick) and registers: a function of its
+/// own, so its state stays in registers (inlined into the walk, the
+/// allocator spilled it for the general step's sake).
+///
+/// Requires `r.ip != 0` (an empty slot's `ra` is 0), `lo` 8-aligned,
+/// `r.n <= head <= min(buf.len(), MEMO_FRAMES)` (`FULL`: `head ==
+/// MEMO_FRAMES`), and [`apply`]'s precondition.
+#[allow(clippy::too_many_arguments)]
+#[inline(never)]
+fn walk_quick<const FULL: bool>(
+    memo: &mut Memo,
+    buf: &mut [u64],
+    head: usize,
+    r: &mut Regs,
+    lo: u64,
+    hi: u64,
+    span16: u64,
+) -> bool {
+    let Regs {
+        mut n,
+        mut ip,
+        mut rsp,
+        mut rbp,
+    } = *r;
+    let head = head.min(buf.len()).min(MEMO_FRAMES);
+    if FULL && head != MEMO_FRAMES {
+        // What the safety of FULL rests on, kept local.
+        return walk_quick::<false>(memo, buf, head, r, lo, hi, span16);
+    }
+    let span16_8 = span16 >> 3;
+    debug_assert!(memo.quick[MEMO_FRAMES] == NO_QUICK && n <= head);
+    let ended = loop {
+        // FULL (the memo's whole depth, the default): no test of the depth
+        // here, the end marker stops the loop. n <= MEMO_FRAMES holds: n
+        // only grows past a quick slot whose address matched a nonzero
+        // ip, and quick[MEMO_FRAMES].ra is 0.
+        if !FULL && n >= head {
+            break false;
+        }
+        // SAFETY: n < head <= MEMO_FRAMES, or (FULL) n <= MEMO_FRAMES as
+        // above: inside the array of MEMO_FRAMES + 1.
+        let mut q = unsafe { *memo.quick.get_unchecked(n) };
+        if q.ra != ip {
+            if FULL && n >= head {
+                // The end marker: deeper frames go to the general step.
+                break false;
+            }
+            // Not the memo's address at this depth: the thread's rule by
+            // address, if it has it and it is quick (a miss of the depth
+            // memo, counted as in the general step). `entries[n]` is left
+            // as it was: it still holds the right rule for its own
+            // address, and the general step only takes it for that one.
+            q = memo.by_ra.quick[by_ra_index(ip)];
+            if q.ra != ip {
+                break false;
+            }
+            memo.quick[n] = q;
+            memo.misses += 1;
+        }
+        // SAFETY: the slot at depth n matched, so n < head (the end marker
+        // never matches), and head <= buf.len().
+        unsafe { *buf.get_unchecked_mut(n) = ip };
+        n += 1;
+        let ra;
+        if q.cfa_off == 0 {
+            // SHAPE_FP (see apply): the saved rbp at rbp, the return
+            // address at rbp + 8, both inside the stack and aligned, and
+            // the CFA rbp + 16 above rsp.
+            if rbp.wrapping_sub(lo).rotate_right(3) > span16_8 || rbp + 16 <= rsp {
+                break true;
+            }
+            // SAFETY: [rbp, rbp + 16) lies inside this thread's stack.
+            let saved = unsafe { *(rbp as *const u64) };
+            // SAFETY: as above.
+            ra = unsafe { *((rbp + 8) as *const u64) };
+            rsp = rbp + 16;
+            rbp = saved;
+        } else {
+            // SHAPE_RSP and SHAPE_RSP_SAVED (see apply): only the CFA's
+            // upper bound is left to test. QUICK_STOP: rsp + 2^32 - 1 is
+            // above hi (rsp >= lo, hi - lo < 2^32 - 1).
+            let cfa = rsp + q.cfa_off as u64;
+            if cfa > hi {
+                break true;
+            }
+            // SAFETY: [cfa - 8, cfa) lies in [rsp, hi): this thread's stack.
+            ra = unsafe { *((cfa - 8) as *const u64) };
+            if q.rbp_at >= 0 {
+                // SAFETY: the saved rbp lies in [rsp, cfa - 8] (shape_of).
+                rbp = unsafe { *((rsp + q.rbp_at as u64) as *const u64) };
+            }
+            rsp = cfa;
+        }
+        if ra == 0 {
+            break true;
+        }
+        ip = ra;
+    };
+    *r = Regs { n, ip, rsp, rbp };
+    ended
+}
+
+/// The frame loop of [`walk_memo`] without the depth memo, from frame
+/// `n` on: `slot_for(ip)` is a frame's rule. Requires [`apply`]'s
+/// precondition.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 fn walk_frames(
     buf: &mut [u64],
+    mut n: usize,
     mut ip: u64,
     mut rsp: u64,
     mut rbp: u64,
     lo: u64,
     hi: u64,
-    span8: u64,
-    mut slot_for: impl FnMut(usize, u64) -> Slot,
+    span16: u64,
+    mut slot_for: impl FnMut(u64) -> Slot,
 ) -> Option<usize> {
-    let mut n = 0;
     while n < buf.len() {
         buf[n] = ip;
-        let s = slot_for(n, ip);
+        let s = slot_for(ip);
         n += 1;
-        let Some((ra, cfa, next_rbp)) = apply(&s, rsp, rbp, lo, hi, span8) else {
+        let Some((ra, cfa, next_rbp)) = apply(&s, rsp, rbp, lo, hi, span16) else {
             if s.flags & F_COMPLEX != 0 {
                 return None;
             }
@@ -869,11 +1128,12 @@ mod tests {
                 k => Rule::Frame {
                     cfa_rbp: k < 13,
                     cfa_off,
-                    rbp_off: match (h >> 12) % 5 {
+                    rbp_off: match (h >> 12) % 6 {
                         0 => None,
                         1 => Some(-16),
                         2 => Some(-24),
                         3 => Some(8),
+                        4 => Some(-12),
                         _ => Some(-4),
                     },
                 },
@@ -882,8 +1142,10 @@ mod tests {
         let mut memo = Memo {
             generation: 0,
             by_address_runs: 0,
+            misses: 0,
             entries: [EMPTY_SLOT; MEMO_FRAMES],
-            by_ra: [EMPTY_SLOT; BY_RA],
+            quick: [NO_QUICK; MEMO_FRAMES + 1],
+            by_ra: EMPTY_BY_RA,
         };
         let mut compared = 0;
         let mut long = 0;
@@ -894,7 +1156,9 @@ mod tests {
             // past the bounds would go on instead of stopping.
             let mut stack = vec![0u64; WORDS + 16];
             let base = stack.as_mut_ptr();
-            let lo = base as u64 + 64;
+            // Now and then a misaligned `lo` (the memo walk requires an
+            // aligned one and must fall back to the plain walk).
+            let lo = base as u64 + 64 + if round % 17 == 5 { 4 } else { 0 };
             let hi = lo + 8 * WORDS as u64;
             for k in 0..WORDS + 16 {
                 // Return addresses from a small set (so they repeat), and
@@ -922,26 +1186,115 @@ mod tests {
             };
             let rbp = lo - 64 + 8 * (rand() % (WORDS as u64 + 16));
             let depth = [64, 5, 100, 1][round % 4];
-            let mut a = [0u64; 100];
             let mut b = [0u64; 100];
-            let got = walk(&mut memo, &mut a[..depth], ip, rsp, rbp, lo, hi, |ip| {
-                encode(ip, rule_of(ip))
-            });
             let want = walk_rules(&mut b[..depth], ip, rsp, rbp, lo, hi, |ip| {
                 Some(rule_of(ip))
             });
-            drop(stack);
-            assert_eq!(got, want, "round {round}");
-            if let Some(n) = got {
-                assert_eq!(a[..n], b[..n], "round {round}");
-                long += (n >= 4) as u32;
+            // The same stack three times: with the memo as the previous
+            // rounds left it, then with the depth memo forced on (it now
+            // holds this very stack: the quick loop's path), then with
+            // rules by address only.
+            for (pass, runs) in [None, Some(0), Some(63)].into_iter().enumerate() {
+                if let Some(runs) = runs {
+                    memo.by_address_runs = runs;
+                }
+                let mut a = [0u64; 100];
+                let got = walk(&mut memo, &mut a[..depth], ip, rsp, rbp, lo, hi, |ip| {
+                    encode(ip, rule_of(ip))
+                });
+                assert_eq!(got, want, "round {round} pass {pass}");
+                if let Some(n) = got {
+                    assert_eq!(a[..n], b[..n], "round {round} pass {pass}");
+                    long += (n >= 4) as u32;
+                }
+                assert_eq!(memo.quick[MEMO_FRAMES], NO_QUICK);
+                compared += 1;
             }
-            compared += 1;
+            drop(stack);
         }
-        assert_eq!(compared, 4000);
+        assert_eq!(compared, 12000);
         // Many stacks were walked for several frames (the memo hits), not
         // cut at the first one.
         assert!(long > 100, "{long} walks of 4 frames or more");
+    }
+
+    /// Frame-pointer chains deeper than the memo (up to 150 frames):
+    /// captures of 64 (the memo's depth, the quick loop without a depth
+    /// test), 63, 65, 100 and 256 frames, each twice (the second time from
+    /// the memo), with the return addresses reshuffled between rounds so
+    /// that frames miss the depth memo and come from the rules by address
+    /// at every depth, the 64th included; the end marker past the memo is
+    /// never overwritten.
+    #[test]
+    fn memo_walk_equals_reference_walk_on_deep_chains() {
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut rand = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let rule_of = |ip: u64| -> Rule {
+            if ip == 0x50_0000 {
+                Rule::End
+            } else {
+                Rule::Frame {
+                    cfa_rbp: true,
+                    cfa_off: 16,
+                    rbp_off: Some(-16),
+                }
+            }
+        };
+        let mut memo = Memo {
+            generation: 0,
+            by_address_runs: 0,
+            misses: 0,
+            entries: [EMPTY_SLOT; MEMO_FRAMES],
+            quick: [NO_QUICK; MEMO_FRAMES + 1],
+            by_ra: EMPTY_BY_RA,
+        };
+        const WORDS: usize = 300;
+        let mut deep = 0;
+        for round in 0..300 {
+            let mut stack = vec![0u64; WORDS];
+            let base = stack.as_mut_ptr();
+            let lo = base as u64;
+            let hi = lo + 8 * WORDS as u64;
+            for k in 0..WORDS / 2 {
+                // Frame k: its saved rbp (frame k + 1) and the return
+                // address into its caller, from 12 addresses (repeating
+                // at other depths); now and then the outermost frame's.
+                let next = lo + 16 * (k as u64 + 1);
+                let ra = if round % 5 == 0 && rand() % 64 == 0 {
+                    0x50_0000
+                } else {
+                    0x40_0000 + 16 * (rand() % 12)
+                };
+                // SAFETY: 2k + 1 < WORDS, inside the vector.
+                unsafe {
+                    base.add(2 * k).write(next);
+                    base.add(2 * k + 1).write(ra);
+                }
+            }
+            let ip = 0x40_0000 + 16 * (rand() % 12);
+            let depth = [64, 63, 65, 100, 256][round % 5];
+            let mut b = [0u64; 256];
+            let want = walk_rules(&mut b[..depth], ip, lo, lo, lo, hi, |ip| Some(rule_of(ip)));
+            for pass in 0..2 {
+                memo.by_address_runs = 0;
+                let mut a = [0u64; 256];
+                let got = walk(&mut memo, &mut a[..depth], ip, lo, lo, lo, hi, |ip| {
+                    encode(ip, rule_of(ip))
+                });
+                assert_eq!(got, want, "round {round} pass {pass}");
+                let n = got.unwrap();
+                assert_eq!(a[..n], b[..n], "round {round} pass {pass}");
+                assert_eq!(memo.quick[MEMO_FRAMES], NO_QUICK);
+                deep += (n > MEMO_FRAMES) as u32;
+            }
+            drop(stack);
+        }
+        assert!(deep > 100, "{deep} walks deeper than the memo");
     }
 
     #[cfg(target_arch = "x86_64")]
