@@ -648,10 +648,8 @@ fn walk_memo(
     if memo.by_address_runs > 0 {
         // The depth memo missed most frames lately: rules by address only.
         memo.by_address_runs -= 1;
-        let by_ra = &mut memo.by_ra;
-        return walk_frames(buf, 0, ip, rsp, rbp, lo, hi, span16, |ip| {
-            by_address(by_ra, ip, &mut lookup)
-        });
+        let r = Regs { n: 0, ip, rsp, rbp };
+        return walk_by_address(&mut memo.by_ra, buf, r, lo, hi, span16, lookup);
     }
     let head = buf.len().min(MEMO_FRAMES);
     let mut r = Regs { n: 0, ip, rsp, rbp };
@@ -676,10 +674,7 @@ fn walk_memo(
                 break 'walk Some(n);
             }
             // Deeper than the memo: rules by address.
-            let by_ra = &mut memo.by_ra;
-            break 'walk walk_frames(buf, n, r.ip, r.rsp, r.rbp, lo, hi, span16, |ip| {
-                by_address(by_ra, ip, &mut lookup)
-            });
+            break 'walk walk_by_address(&mut memo.by_ra, buf, r, lo, hi, span16, &mut lookup);
         }
         // Frame n in general: any rule, the memo refreshed on a miss.
         buf[n] = r.ip;
@@ -705,7 +700,9 @@ fn walk_memo(
         }
         r.ip = ra;
     };
-    if memo.misses as usize * 2 > r.n {
+    // A complex rule deeper than the memo: no update, as for one inside.
+    let n = got?;
+    if memo.misses as usize * 2 > n {
         // More than half of the frames were not where the previous
         // capture had them (an interpreter's call chains of varying
         // length): the comparison per frame is then a branch the processor
@@ -852,36 +849,9 @@ fn walk_quick<const FULL: bool>(
         // never matches), and head <= buf.len().
         unsafe { *buf.get_unchecked_mut(n) = ip };
         n += 1;
-        let ra;
-        if q.cfa_off == 0 {
-            // SHAPE_FP (see apply): the saved rbp at rbp, the return
-            // address at rbp + 8, both inside the stack and aligned, and
-            // the CFA rbp + 16 above rsp.
-            if rbp.wrapping_sub(lo).rotate_right(3) > span16_8 || rbp + 16 <= rsp {
-                break true;
-            }
-            // SAFETY: [rbp, rbp + 16) lies inside this thread's stack.
-            let saved = unsafe { *(rbp as *const u64) };
-            // SAFETY: as above.
-            ra = unsafe { *((rbp + 8) as *const u64) };
-            rsp = rbp + 16;
-            rbp = saved;
-        } else {
-            // SHAPE_RSP and SHAPE_RSP_SAVED (see apply): only the CFA's
-            // upper bound is left to test. QUICK_STOP: rsp + 2^32 - 1 is
-            // above hi (rsp >= lo, hi - lo < 2^32 - 1).
-            let cfa = rsp + q.cfa_off as u64;
-            if cfa > hi {
-                break true;
-            }
-            // SAFETY: [cfa - 8, cfa) lies in [rsp, hi): this thread's stack.
-            ra = unsafe { *((cfa - 8) as *const u64) };
-            if q.rbp_at >= 0 {
-                // SAFETY: the saved rbp lies in [rsp, cfa - 8] (shape_of).
-                rbp = unsafe { *((rsp + q.rbp_at as u64) as *const u64) };
-            }
-            rsp = cfa;
-        }
+        let Some(ra) = quick_step(&q, &mut rsp, &mut rbp, lo, hi, span16_8) else {
+            break true;
+        };
         if ra == 0 {
             break true;
         }
@@ -891,40 +861,133 @@ fn walk_quick<const FULL: bool>(
     ended
 }
 
-/// The frame loop of [`walk_memo`] without the depth memo, from frame
-/// `n` on: `slot_for(ip)` is a frame's rule. Requires [`apply`]'s
-/// precondition.
-#[allow(clippy::too_many_arguments)]
+/// One frame by its quick rule `q` (see [`walk_quick`]): the return
+/// address into the caller, with `rsp` and `rbp` moved to the caller's, or
+/// `None` where the walk ends. The same tests as [`apply`]'s branches for
+/// these shapes; `span16_8` is `span16 >> 3`, and `lo` must be aligned.
 #[inline(always)]
-fn walk_frames(
+fn quick_step(
+    q: &Quick,
+    rsp: &mut u64,
+    rbp: &mut u64,
+    lo: u64,
+    hi: u64,
+    span16_8: u64,
+) -> Option<u64> {
+    let (sp, bp) = (*rsp, *rbp);
+    if q.cfa_off == 0 {
+        // SHAPE_FP (see apply): the saved rbp at rbp, the return address
+        // at rbp + 8, both inside the stack and aligned, and the CFA
+        // rbp + 16 above rsp. `(rbp - lo)` rotated right by 3 is at most
+        // `span16 >> 3` exactly when rbp is aligned (lo is: the three low
+        // bits land on top otherwise) and `lo <= rbp <= hi - 16`.
+        if bp.wrapping_sub(lo).rotate_right(3) > span16_8 || bp + 16 <= sp {
+            return None;
+        }
+        // SAFETY: [rbp, rbp + 16) lies inside this thread's stack.
+        let (saved, ra) = unsafe { (*(bp as *const u64), *((bp + 8) as *const u64)) };
+        *rsp = bp + 16;
+        *rbp = saved;
+        Some(ra)
+    } else {
+        // SHAPE_RSP and SHAPE_RSP_SAVED (see apply): only the CFA's upper
+        // bound is left to test. QUICK_STOP: rsp + 2^32 - 1 is above hi
+        // (rsp >= lo, hi - lo < 2^32 - 1).
+        let cfa = sp + q.cfa_off as u64;
+        if cfa > hi {
+            return None;
+        }
+        // SAFETY: [cfa - 8, cfa) lies in [rsp, hi): this thread's stack.
+        let ra = unsafe { *((cfa - 8) as *const u64) };
+        if q.rbp_at >= 0 {
+            // SAFETY: the saved rbp lies in [rsp, cfa - 8] (shape_of).
+            *rbp = unsafe { *((sp + q.rbp_at as u64) as *const u64) };
+        }
+        *rsp = cfa;
+        Some(ra)
+    }
+}
+
+/// [`walk_quick`] without the depth memo: each frame's quick rule from the
+/// thread's rules by address, at any depth below `buf.len()`. Requires
+/// `r.ip != 0`, `lo` aligned and [`apply`]'s precondition.
+#[inline(never)]
+fn walk_quick_by_address(
+    by_ra: &ByRa,
     buf: &mut [u64],
-    mut n: usize,
-    mut ip: u64,
-    mut rsp: u64,
-    mut rbp: u64,
+    r: &mut Regs,
     lo: u64,
     hi: u64,
     span16: u64,
-    mut slot_for: impl FnMut(u64) -> Slot,
-) -> Option<usize> {
-    while n < buf.len() {
+) -> bool {
+    let Regs {
+        mut n,
+        mut ip,
+        mut rsp,
+        mut rbp,
+    } = *r;
+    let span16_8 = span16 >> 3;
+    let ended = loop {
+        if n >= buf.len() {
+            break false;
+        }
+        let q = by_ra.quick[by_ra_index(ip)];
+        if q.ra != ip {
+            break false;
+        }
         buf[n] = ip;
-        let s = slot_for(ip);
         n += 1;
-        let Some((ra, cfa, next_rbp)) = apply(&s, rsp, rbp, lo, hi, span16) else {
+        let Some(ra) = quick_step(&q, &mut rsp, &mut rbp, lo, hi, span16_8) else {
+            break true;
+        };
+        if ra == 0 {
+            break true;
+        }
+        ip = ra;
+    };
+    *r = Regs { n, ip, rsp, rbp };
+    ended
+}
+
+/// The walk from `r` on by the thread's rules by address alone: the quick
+/// loop where it has a quick rule, the general step (and `lookup` when
+/// the address is new to the thread) elsewhere. Requires `lo` aligned and
+/// [`apply`]'s precondition.
+#[allow(clippy::too_many_arguments)]
+#[inline(never)]
+fn walk_by_address(
+    by_ra: &mut ByRa,
+    buf: &mut [u64],
+    mut r: Regs,
+    lo: u64,
+    hi: u64,
+    span16: u64,
+    mut lookup: impl FnMut(u64) -> u64,
+) -> Option<usize> {
+    loop {
+        if r.ip != 0 && walk_quick_by_address(by_ra, buf, &mut r, lo, hi, span16) {
+            return Some(r.n);
+        }
+        let n = r.n;
+        if n >= buf.len() {
+            return Some(n);
+        }
+        buf[n] = r.ip;
+        let s = by_address(by_ra, r.ip, &mut lookup);
+        r.n = n + 1;
+        let Some((ra, cfa, next_rbp)) = apply(&s, r.rsp, r.rbp, lo, hi, span16) else {
             if s.flags & F_COMPLEX != 0 {
                 return None;
             }
-            break;
+            return Some(r.n);
         };
-        rbp = next_rbp;
-        rsp = cfa;
+        r.rbp = next_rbp;
+        r.rsp = cfa;
         if ra == 0 {
-            break;
+            return Some(r.n);
         }
-        ip = ra;
+        r.ip = ra;
     }
-    Some(n)
 }
 
 /// The walk with every rule from the global table (no memo): used where the

@@ -136,14 +136,21 @@ fn frame_pointer() -> u64 {
 #[inline(never)]
 fn capture_cached(buf: &mut [u64]) -> Option<usize> {
     let (lo, hi) = bounds()?;
+    // The tests of `is_own` and of the loop below with the bounds loaded
+    // once: `a - x < n` (wrapping) is `x <= a < x + n`. An empty or unset
+    // range of our code (`own` 0) holds no address.
+    let own_lo = OWN_LO.load(Ordering::Relaxed);
+    let own = OWN_HI.load(Ordering::Relaxed).saturating_sub(own_lo);
+    // `fp - lo <= span16` is `lo <= fp && fp + 16 <= hi`.
+    let span16 = hi.checked_sub(lo)?.checked_sub(16)?;
     let mut fp = frame_pointer();
     for _ in 0..64 {
-        if fp < lo || fp.checked_add(16).is_none_or(|end| end > hi) || !fp.is_multiple_of(8) {
+        if fp.wrapping_sub(lo) > span16 || !fp.is_multiple_of(8) {
             return None;
         }
         // SAFETY: [fp, fp+16) lies inside this thread's stack (checked above).
         let (next, ret) = unsafe { (*(fp as *const u64), *((fp + 8) as *const u64)) };
-        if !is_own(ret) {
+        if ret.wrapping_sub(own_lo) >= own {
             return crate::cfi::capture(buf, ret, fp + 16, next, lo, hi);
         }
         if next <= fp {
