@@ -11,8 +11,12 @@
 //! direct-mapped table. On top of it each thread keeps the rules of its
 //! previous capture frame by frame (a frame whose return address is the one
 //! at the same depth last time reuses its rule) and its recent rules by
-//! return address, so a frame costs a comparison and two checked reads. All
-//! of these caches are dropped when code is unloaded (`dlclose`).
+//! return address, so a frame costs a comparison and two checked reads. The
+//! three common shapes (frame pointer, `rsp + k`, `rsp + k` with rbp saved)
+//! and the outermost frame are walked by a loop of their own over a compact
+//! form of those rules ([`Quick`]), with only the tests their shape leaves
+//! open; every other rule takes the general step. All of these caches are
+//! dropped when code is unloaded (`dlclose`).
 //!
 //! Anything else (signal trampolines, CFA expressions, rules on other
 //! registers) makes [`capture`] return `None`, and the caller falls back to
@@ -518,7 +522,7 @@ fn slot_of(ra: u64, v: u64) -> Slot {
 ///
 /// Requires (checked by [`walk`] before the first frame, kept since: the
 /// next `rsp` is an accepted CFA, aligned and above the last one) `rsp`
-/// 8-aligned, `lo <= rsp <= hi`, `hi - lo >= 16` and `hi < 2^63` (`rsp`
+/// 8-aligned, `lo <= rsp <= hi`, `hi - lo >= 16` and `hi < 2^62` (`rsp`
 /// plus a 24-bit offset cannot wrap). `span16` is `hi - lo - 16`:
 /// `a - lo <= span16` (wrapping: an `a` below `lo` is huge) is `lo <= a &&
 /// a + 16 <= hi`.
@@ -551,7 +555,7 @@ fn apply(s: &Slot, rsp: u64, rbp: u64, lo: u64, hi: u64, span16: u64) -> Option<
     }
     if s.shape == SHAPE_RSP {
         // cfa_off is a multiple of 8 and at least 8 (shape_of): the CFA is
-        // aligned and in [rsp + 8, rsp + 2^24) (no wrap: rsp <= hi < 2^63),
+        // aligned and in [rsp + 8, rsp + 2^24) (no wrap: rsp <= hi < 2^62),
         // so the return address at CFA-8 is at or above rsp >= lo and the
         // CFA above rsp. Only the upper bound is left to test.
         let cfa = rsp + s.cfa_off as u64;
@@ -608,8 +612,7 @@ fn walk(
 ) -> Option<usize> {
     if hi >= lo
         && hi - lo >= 16
-        && hi - lo < u32::MAX as u64
-        && hi < 1 << 63
+        && hi < 1 << 62
         && lo & 7 == 0
         && rsp >= lo
         && rsp <= hi
@@ -716,19 +719,21 @@ fn walk_memo(
 /// A memo slot reduced for [`walk_quick`]: `ra` the return address (0
 /// when the rule is none of the three shapes below), `cfa_off` 0 for
 /// [`SHAPE_FP`], else the CFA offset of a [`SHAPE_RSP`] or
-/// [`SHAPE_RSP_SAVED`] rule (a multiple of 8, at least 8), and `rbp_at` the
-/// saved rbp's offset from rsp for [`SHAPE_RSP_SAVED`] (else -1). 16 bytes.
+/// [`SHAPE_RSP_SAVED`] rule (a multiple of 8, at least 8) or
+/// [`QUICK_STOP`], and `rbp_at` the saved rbp's offset from rsp for
+/// [`SHAPE_RSP_SAVED`] (else -1). 24 bytes: 64-bit offsets, so that
+/// `QUICK_STOP` needs no bound on the stack's size.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Quick {
     ra: u64,
-    cfa_off: u32,
-    rbp_at: i32,
+    cfa_off: u64,
+    rbp_at: i64,
 }
 
 /// [`Quick::cfa_off`] of a rule that ends the walk after its frame (the
 /// outermost frame, or any "CFA = rsp + 0"): the CFA it gives is above
-/// `hi` ([`walk`] requires `hi - lo < 2^32 - 1`).
-const QUICK_STOP: u32 = u32::MAX;
+/// `hi` ([`walk`] requires `hi < 2^62`; no overflow: `rsp <= hi`).
+const QUICK_STOP: u64 = 1 << 62;
 
 const NO_QUICK: Quick = Quick {
     ra: 0,
@@ -745,13 +750,13 @@ fn quick_of(s: &Slot) -> Quick {
         },
         SHAPE_RSP => Quick {
             ra: s.ra,
-            cfa_off: s.cfa_off,
+            cfa_off: s.cfa_off as u64,
             rbp_at: -1,
         },
         SHAPE_RSP_SAVED => Quick {
             ra: s.ra,
-            cfa_off: s.cfa_off,
-            rbp_at: s.rbp_at_off,
+            cfa_off: s.cfa_off as u64,
+            rbp_at: s.rbp_at_off as i64,
         },
         // CFA = rsp + 0 (the outermost frame's slot among them): not
         // above rsp, so the walk ends after storing the frame.
@@ -891,9 +896,9 @@ fn quick_step(
         Some(ra)
     } else {
         // SHAPE_RSP and SHAPE_RSP_SAVED (see apply): only the CFA's upper
-        // bound is left to test. QUICK_STOP: rsp + 2^32 - 1 is above hi
-        // (rsp >= lo, hi - lo < 2^32 - 1).
-        let cfa = sp + q.cfa_off as u64;
+        // bound is left to test. QUICK_STOP: rsp + 2^62 is above hi
+        // (hi < 2^62).
+        let cfa = sp + q.cfa_off;
         if cfa > hi {
             return None;
         }
