@@ -816,12 +816,16 @@ fn walk_quick<const FULL: bool>(
         mut rbp,
     } = *r;
     let head = head.min(buf.len()).min(MEMO_FRAMES);
+    // What the unchecked indexing below rests on, kept local: FULL only
+    // with the memo's whole depth, and a start at or below `head`.
     if FULL && head != MEMO_FRAMES {
-        // What the safety of FULL rests on, kept local.
         return walk_quick::<false>(memo, buf, head, r, lo, hi, span16);
     }
+    if n >= head {
+        return false;
+    }
     let span16_8 = span16 >> 3;
-    debug_assert!(memo.quick[MEMO_FRAMES] == NO_QUICK && n <= head);
+    debug_assert!(memo.quick[MEMO_FRAMES] == NO_QUICK);
     let ended = loop {
         // FULL (the memo's whole depth, the default): no test of the depth
         // here, the end marker stops the loop. n <= MEMO_FRAMES holds: n
