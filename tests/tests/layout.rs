@@ -77,7 +77,7 @@ fn hot_path_functions_sit_together_at_the_start_of_text() {
         "free",
         "calloc",
         "realloc",
-        "tracer::cfi::capture",
+        "tracer::cfi::walk_quick",
         "tracer::unwind::capture_cached",
         "tracer::lifecycle::on_alloc",
         "tracer::lifecycle::send",
@@ -87,9 +87,12 @@ fn hot_path_functions_sit_together_at_the_start_of_text() {
         "tracer::tracer_constructor___rust_ctor___ctor::tracer_constructor___rust_ctor___ctor",
     ];
     for name in hot {
-        let places = funcs
-            .get(name)
-            .unwrap_or_else(|| panic!("libtracer.so defines no function {name}"));
+        let places = funcs.get(name).unwrap_or_else(|| {
+            panic!(
+                "libtracer.so defines no function {name} (inlined or renamed? \
+                     rerun scripts/hot-text.sh and name a hot function that exists)"
+            )
+        });
         for &(addr, size) in places {
             assert!(
                 addr >= start && addr + size <= hot_end,
