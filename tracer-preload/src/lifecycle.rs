@@ -752,6 +752,8 @@ fn stop_writer(print: bool) -> Option<Receiver<Msg>> {
     let mut last = (progress(), Instant::now());
     while !ctl.done.load(Ordering::SeqCst) {
         sys::sleep_us(1000);
+        // Signals held for the exit scan come back as soon as it is over.
+        crate::scan::release_exit(false);
         let p = progress();
         if p != last.0 {
             last = (p, Instant::now());
@@ -819,7 +821,11 @@ extern "C" fn at_exit() {
     crate::syscalls::before_exit_handler();
     if is_traced_process() && crate::scan::enabled() {
         let _g = tls::enter();
+        crate::scan::hold_exit();
         crate::scan::request(crate::scan::ExitPoint::here().above_exit());
+        stop_writer(true);
+        crate::scan::release_exit(true);
+        return;
     }
     stop_writer(true);
 }
@@ -827,8 +833,15 @@ extern "C" fn at_exit() {
 /// `_exit`/`_Exit`: finish the files, then leave.
 #[inline(always)]
 pub fn before_exit() {
-    if is_traced_process() {
-        crate::scan::request(crate::scan::ExitPoint::here());
+    if is_traced_process() && crate::scan::enabled() {
+        let at = crate::scan::ExitPoint::here();
+        let g = tls::enter();
+        crate::scan::hold_exit();
+        crate::scan::request(at);
+        drop(g);
+        stop_writer(true);
+        crate::scan::release_exit(true);
+        return;
     }
     stop_writer(true);
 }

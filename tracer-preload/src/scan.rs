@@ -38,13 +38,18 @@
 //! pointer. Memory is read with `process_vm_readv` on our own pid, which
 //! returns an error instead of faulting on an unmapped or truncated page;
 //! where that call is refused, only ranges `/proc/self/maps` lists as readable
-//! anonymous or private memory are read directly. Blocks are looked up in a
+//! anonymous or private memory are read directly. When the exiting thread is
+//! the program's only one, it waits for the scan with its signals held
+//! ([`hold_exit`]), nothing else can unmap memory, and the blocks, which lie
+//! in anonymous memory, are copied directly (process_vm_readv pins the pages
+//! of every range: git's 41,325 blocks took 75 ms that way, 24 ms copied).
+//! Blocks are looked up in a
 //! sorted array by binary search; marking uses an explicit work list sized
 //! before the roots are planned (its buffer never moves, so it can be
 //! excluded). Other threads keep running meanwhile: what they change during
 //! the scan is a race the scan accepts (it is reported as it was read).
 
-use core::sync::atomic::{AtomicBool, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::collections::HashMap;
 use std::sync::Mutex;
 
@@ -124,6 +129,7 @@ impl ExitPoint {
             pid: sys::raw_getpid() as i32,
             direct: false,
             readable: &[],
+            fast: Vec::new(),
         };
         let n = mem.read(self.sp, &mut buf) as u64;
         let word = |at: u64| -> Option<u64> {
@@ -690,6 +696,9 @@ struct SelfMemory<'a> {
     /// `process_vm_readv` was refused: read directly inside `readable`.
     direct: bool,
     readable: &'a [(u64, u64)],
+    /// Anonymous mappings (sorted) whose batched block reads are plain
+    /// copies: set only while nothing else can unmap memory ([`hold_exit`]).
+    fast: Vec<(u64, u64)>,
 }
 
 impl SelfMemory<'_> {
@@ -719,8 +728,36 @@ impl SelfMemory<'_> {
     }
 }
 
+impl SelfMemory<'_> {
+    /// Whether [addr, addr + len) lies inside one of the `fast` mappings.
+    fn fast_contains(&self, addr: u64, len: usize) -> bool {
+        let i = self.fast.partition_point(|m| m.0 <= addr);
+        i > 0 && addr.saturating_add(len as u64) <= self.fast[i - 1].1
+    }
+}
+
 impl Memory for SelfMemory<'_> {
     fn read_many(&mut self, ranges: &[(u64, usize)], buf: &mut [u8]) -> usize {
+        if !self.fast.is_empty() && ranges.iter().all(|&(a, len)| self.fast_contains(a, len)) {
+            let mut off = 0;
+            for &(a, len) in ranges {
+                // SAFETY: [a, a + len) lies inside an anonymous mapping of a
+                // /proc/self/maps read after every other thread of the
+                // program was found gone, with the exiting thread waiting,
+                // its signals blocked ([`hold_exit`]): nothing can unmap it;
+                // `buf[off..off + len]` is inside `buf` (the lengths add up
+                // to at most its length).
+                unsafe {
+                    core::ptr::copy_nonoverlapping(
+                        a as usize as *const u8,
+                        buf[off..off + len].as_mut_ptr(),
+                        len,
+                    )
+                };
+                off += len;
+            }
+            return off;
+        }
         if self.direct || ranges.len() <= 1 {
             return default_read_many(self, ranges, buf);
         }
@@ -1369,6 +1406,89 @@ pub struct Stats {
 
 /// Classifies every live block; returns them sorted by address. Runs on the
 /// writer thread, which must be marked as the tracer's own.
+/// The exiting thread's side of the direct reads. [`hold_exit`] blocks
+/// the exiting thread's signals and sets `HELD` when no other thread of the
+/// program lives; the scan turns `HELD` into `SCANNING` for as long as it
+/// copies memory directly, then into `DONE` (also when it read through the
+/// kernel); [`release_exit`] gives the signals back at `DONE`, or at `HELD`
+/// once the wait is over. A waiter that gave up on a stuck writer in the
+/// middle of a direct scan leaves them blocked: a handler could otherwise
+/// unmap what the scan reads.
+static HOLD: AtomicU8 = AtomicU8::new(FREE);
+const FREE: u8 = 0;
+const HELD: u8 = 1;
+const SCANNING: u8 = 2;
+const DONE: u8 = 3;
+/// The holding thread and the signal mask it had.
+static HELD_MASK: Mutex<Option<(u32, libc::sigset_t)>> = Mutex::new(None);
+
+/// Called by the exiting thread (inside the tracer's guard) before it asks
+/// for the scan: when it is the program's only thread, blocks its signals
+/// (delivered when [`release_exit`] restores the mask) and so lets the scan
+/// copy blocks directly. With other threads alive nothing changes.
+pub fn hold_exit() {
+    let me = sys::raw_gettid();
+    // Ours and the writer's: nothing else may run.
+    let alone = std::fs::read_dir("/proc/self/task").is_ok_and(|d| d.count() <= 2);
+    if !alone {
+        return;
+    }
+    // SAFETY: both sets are valid locals; changing this thread's own mask
+    // has no other precondition (glibc keeps its internal signals open).
+    let old = unsafe {
+        let mut all: libc::sigset_t = core::mem::zeroed();
+        let mut old: libc::sigset_t = core::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut old);
+        old
+    };
+    if let Ok(mut m) = HELD_MASK.lock() {
+        *m = Some((me, old));
+        HOLD.store(HELD, Ordering::Release);
+    }
+}
+
+/// The exiting thread, while it waits (`finished` false) and once its wait
+/// is over (`finished` true): restores its signal mask when the scan no
+/// longer reads memory directly.
+pub fn release_exit(finished: bool) {
+    let st = HOLD.load(Ordering::Acquire);
+    if !(st == DONE || (st == HELD && finished)) {
+        return;
+    }
+    let Ok(mut m) = HELD_MASK.lock() else { return };
+    if m.as_ref().is_none_or(|(tid, _)| *tid != sys::raw_gettid()) {
+        return;
+    }
+    if HOLD
+        .compare_exchange(st, FREE, Ordering::AcqRel, Ordering::Acquire)
+        .is_err()
+    {
+        return;
+    }
+    if let Some((_, old)) = m.take() {
+        // SAFETY: `old` is the mask `hold_exit` saved for this thread.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, core::ptr::null_mut()) };
+    }
+}
+
+/// The mappings whose blocks may be copied directly: readable anonymous
+/// memory (`[heap]`, arena heaps, `mmap`ed chunks), sorted by address. File
+/// mappings are left to `process_vm_readv` (a truncated file faults).
+pub fn fast_mappings(maps: &[Mapping]) -> Vec<(u64, u64)> {
+    let mut v: Vec<(u64, u64)> = maps
+        .iter()
+        .filter(|m| {
+            m.read
+                && m.write
+                && (m.anonymous() || m.path == "[heap]" || m.path.starts_with("[anon:"))
+        })
+        .map(|m| (m.start, m.end))
+        .collect();
+    v.sort_unstable();
+    v
+}
+
 pub fn run(live: &mut Live, at: &ExitPoint) -> (Vec<(u64, LeakKind)>, Stats) {
     let begun = sys::now_ns();
     let maps = parse_maps(&std::fs::read_to_string("/proc/self/maps").unwrap_or_default());
@@ -1381,6 +1501,7 @@ pub fn run(live: &mut Live, at: &ExitPoint) -> (Vec<(u64, LeakKind)>, Stats) {
         pid: sys::raw_getpid() as i32,
         direct: false,
         readable: &readable,
+        fast: Vec::new(),
     };
     let blocks = live.take_sorted(&mut mem);
     let mut classifier = Classifier::new(&blocks);
@@ -1389,6 +1510,7 @@ pub fn run(live: &mut Live, at: &ExitPoint) -> (Vec<(u64, LeakKind)>, Stats) {
     excluded.extend(classifier.own_ranges());
     excluded.extend(writer_stack);
     let (mut sps, unknown) = other_threads(&[at.tid, sys::raw_gettid()]);
+    let alone = sps.is_empty() && unknown == 0;
     sps.push(at.sp);
     let plan = RootPlan {
         blocks: &blocks,
@@ -1406,8 +1528,24 @@ pub fn run(live: &mut Live, at: &ExitPoint) -> (Vec<(u64, LeakKind)>, Stats) {
         ));
         explain_roots(&regions, &maps, &classifier, &mut mem);
     }
+    // Alone with a waiting exiting thread, the blocks are copied directly
+    // (process_vm_readv pins the pages of every range, ~2 us a block).
+    let fast = alone
+        && HOLD
+            .compare_exchange(HELD, SCANNING, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok();
+    if fast {
+        let now = parse_maps(&std::fs::read_to_string("/proc/self/maps").unwrap_or_default());
+        mem.fast = fast_mappings(&now);
+    }
     classifier.mark_roots(&mut mem, &regions, &at.regs);
     let kinds = classifier.finish(&mut mem);
+    if fast {
+        mem.fast.clear();
+        HOLD.store(DONE, Ordering::Release);
+    } else {
+        let _ = HOLD.compare_exchange(HELD, DONE, Ordering::AcqRel, Ordering::Acquire);
+    }
     let out = blocks.iter().map(|b| b.0).zip(kinds).collect();
     let stats = Stats {
         blocks: blocks.len(),
@@ -1834,6 +1972,44 @@ mod tests {
         );
         assert_eq!(m[1].path, "[stack]");
         assert_eq!(m[2], map(0x7f0000000000, 0x7f0000001000, "--", ""));
+    }
+
+    #[test]
+    fn direct_copies_only_inside_writable_anonymous_mappings() {
+        let maps = vec![
+            map(0x9000, 0xa000, "rw", "/dev/shm/x"), // a file: may be truncated
+            map(0x1000, 0x3000, "rw", "[heap]"),
+            map(0x5000, 0x6000, "rw", ""),
+            map(0x6000, 0x7000, "r-", ""), // read-only: not a heap
+            map(0x8000, 0x8800, "rw", "[anon:glibc: malloc arena]"),
+            map(0x7000, 0x7800, "rw", "[vvar]"),
+            map(0xb000, 0xc000, "rw", "[stack]"),
+        ];
+        assert_eq!(
+            fast_mappings(&maps),
+            vec![(0x1000, 0x3000), (0x5000, 0x6000), (0x8000, 0x8800)]
+        );
+        // A live buffer of this process as the one fast mapping: a batch
+        // inside it is copied, a batch with one range past its end goes to
+        // process_vm_readv (which reads the same bytes here).
+        let data: Vec<u8> = (0..=255).collect();
+        let (a, b) = (data.as_ptr() as u64, data.as_ptr() as u64 + 256);
+        let mut mem = SelfMemory {
+            pid: sys::raw_getpid() as i32,
+            direct: false,
+            readable: &[],
+            fast: vec![(a, b - 16)],
+        };
+        assert!(mem.fast_contains(a + 16, 32));
+        assert!(mem.fast_contains(a, 240));
+        assert!(!mem.fast_contains(a + 200, 48));
+        assert!(!mem.fast_contains(a - 8, 16));
+        let mut buf = [0u8; 48];
+        assert_eq!(mem.read_many(&[(a + 16, 32), (a + 100, 16)], &mut buf), 48);
+        assert_eq!(&buf[..32], &data[16..48]);
+        assert_eq!(&buf[32..], &data[100..116]);
+        assert_eq!(mem.read_many(&[(a, 16), (a + 224, 32)], &mut buf), 48);
+        assert_eq!(&buf[16..], &data[224..]);
     }
 
     #[test]

@@ -1,0 +1,58 @@
+/* A signal handler that unmaps memory while the process exits.
+ *
+ * main keeps 100,000 blocks of 32 bytes reachable from a global array; the
+ * first 64 of them each hold the only other pointer to a block of 256 KiB
+ * (each a separate mmap in glibc), so a scan that works through the array
+ * from its end reaches the large blocks last. main starts a 1 ms interval
+ * timer and returns; the SIGALRM handler frees the next large block (glibc
+ * unmaps it at once) until all 64 are gone, 64 ms later, while the scan at
+ * exit runs (some 20 ms on this machine).
+ *
+ * Under libtracer the exit scan copies blocks directly when the exiting
+ * thread is the program's only one; a handler unmapping a block it is
+ * about to copy would crash it, so the exiting thread's signals wait
+ * until the scan is over. Expected: exit status 0, "main done" on stdout,
+ * and in the trace's scan every 32-byte block reachable (100,000 blocks,
+ * 3,200,000 bytes) and every large block either freed before the scan or
+ * reachable.
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+
+#define SMALL 100000
+#define BIG 64
+#define BIG_SIZE (256 * 1024)
+
+static void *small[SMALL];
+static void *big[BIG];
+static volatile sig_atomic_t next_big;
+
+static void on_alarm(int sig) {
+    (void)sig;
+    if (next_big < BIG) {
+        free(big[next_big]);
+        big[next_big] = NULL;
+        next_big++;
+    }
+}
+
+int main(void) {
+    for (int i = 0; i < SMALL; i++)
+        small[i] = malloc(32);
+    for (int i = 0; i < BIG; i++) {
+        big[i] = malloc(BIG_SIZE);
+        memset(big[i], 0x5a, BIG_SIZE);
+        memcpy(small[i], &big[i], sizeof big[i]);
+    }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_alarm;
+    sigaction(SIGALRM, &sa, NULL);
+    struct itimerval it = {{0, 1000}, {0, 1000}};
+    setitimer(ITIMER_REAL, &it, NULL);
+    puts("main done");
+    return 0;
+}
