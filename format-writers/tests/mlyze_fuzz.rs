@@ -5,13 +5,12 @@
 //! single allocation; run in `--release` it takes a few seconds.
 
 use std::path::Path;
-use std::sync::atomic::Ordering;
 
 use format_writers::mlyze::{self, Reader, Writer};
 use format_writers::*;
 
 mod common;
-use common::LARGEST;
+use common::{largest, reset_largest};
 
 /// The tests of this binary measure one global maximum: they run one at a time.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -176,7 +175,7 @@ fn mutate(rng: &mut Rng, seed: &[u8]) -> Vec<u8> {
 
 fn check_read(file: &[u8]) {
     let bound = (4 * file.len()).max(1 << 20);
-    LARGEST.store(0, Ordering::Relaxed);
+    reset_largest();
     let mut n = 0usize;
     for r in Reader::new(file) {
         n += 1;
@@ -190,7 +189,7 @@ fn check_read(file: &[u8]) {
             break;
         }
     }
-    let largest = LARGEST.load(Ordering::Relaxed);
+    let largest = largest();
     assert!(
         largest <= bound,
         "allocation of {largest} bytes for a {}-byte file",
@@ -252,10 +251,10 @@ fn mutated_spools_error_or_recover() {
         check_read(&f); // the reader accepts spools directly
         std::fs::write(&probe, &f).unwrap();
         let bound = (4 * f.len()).max(1 << 20);
-        LARGEST.store(0, Ordering::Relaxed);
+        reset_largest();
         let mut out = Vec::new();
         let res = mlyze::recover_to(&probe, &mut out);
-        assert!(LARGEST.load(Ordering::Relaxed) <= bound);
+        assert!(largest() <= bound);
         if res.is_ok() {
             recovered += 1;
             // Whatever recovery writes, our reader reads it without panicking.

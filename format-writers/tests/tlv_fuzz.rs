@@ -3,13 +3,11 @@
 //! hang — and no single allocation may exceed max(4 × file size, 1 MiB), which a
 //! counting global allocator in this test binary checks.
 
-use std::sync::atomic::Ordering;
-
 use format_writers::model::{Event, Process, Record, Syscall, SyscallArg};
 use format_writers::tlv::{ByteOrder, Reader, Writer};
 
 mod common;
-use common::LARGEST;
+use common::{largest, reset_largest};
 
 /// xorshift64*: deterministic, seeded, no dependency.
 struct Rng(u64);
@@ -170,7 +168,7 @@ fn mutated_files_error_or_parse_without_panic_or_big_allocations() {
     let iterations = 100_000;
     for i in 0..iterations {
         let file = mutate(&mut rng, &seeds[i % seeds.len()]);
-        LARGEST.store(0, Ordering::Relaxed);
+        reset_largest();
         let mut records = 0usize;
         let mut failed = false;
         for r in Reader::new(&file[..]) {
@@ -181,7 +179,7 @@ fn mutated_files_error_or_parse_without_panic_or_big_allocations() {
             // Every record costs at least 8 bytes of file: more means a loop.
             assert!(records <= file.len() / 8 + 3, "iteration {i}: no progress");
         }
-        let largest = LARGEST.load(Ordering::Relaxed);
+        let largest = largest();
         let bound = (4 * file.len()).max(1 << 20);
         assert!(
             largest <= bound,
@@ -204,9 +202,9 @@ fn absurd_lengths_in_a_tiny_file_allocate_little() {
     let mut f = vec![0x78, 0x06, 0x17, 0xa5, 1, 0, 0, 0];
     f.extend_from_slice(&[0; 20]);
     f.extend_from_slice(&[1, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 2, 0, 0xff, 0xff, b'a']);
-    LARGEST.store(0, Ordering::Relaxed);
+    reset_largest();
     let r: Vec<_> = Reader::new(&f[..]).collect();
     assert!(r.len() == 1 && r[0].is_err());
     // The 64 KiB read buffer is the largest thing allocated.
-    assert!(LARGEST.load(Ordering::Relaxed) <= 1 << 16);
+    assert!(largest() <= 1 << 16);
 }

@@ -18,6 +18,7 @@
 //! the same size (see `with_stand_in`): programs that copy their environment
 //! (perl's %ENV) allocate per variable.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use tracer_tests::*;
@@ -305,4 +306,37 @@ fn alloc_chain_without_frame_pointers_has_exact_stacks() {
     }
     assert_eq!(checked, 8192, "one leaf allocation per pair");
     assert_eq!(leaf_stacks.len(), 4096, "one stack per call path");
+}
+
+/// Two threads each cycling 4 times through the benchmark's 4,096 stacks:
+/// more than a thread's small "already sent" cache holds, so each thread
+/// moves to the large one, and frees it when it exits (through a `pthread`
+/// key, never through the hooks: a free of ours recorded there would be an
+/// unknown free in the trace). Every allocation keeps its stack: 4,096
+/// distinct leaf stacks, used 8 times each, and every block freed.
+#[test]
+fn threads_that_outgrow_the_sent_cache_keep_exact_stacks_and_counts() {
+    let chain = alloc_chain_nofp();
+    let run = run_traced(&Cmd::new(&chain).arg("32768").arg("2"), &[]);
+    assert!(run.output.status.success(), "{}", run.stderr());
+    let t = single_trace(&run);
+    assert_eq!((t.unknown_frees, t.double_allocs), (0, 0));
+    let mut uses: HashMap<u64, usize> = HashMap::new();
+    let mut bytes = 0;
+    for &(size, stack) in &t.allocs {
+        let leaf = t
+            .symbolized(stack)
+            .first()
+            .and_then(|(_, s)| s.as_ref())
+            .is_some_and(|s| s.function.starts_with("leaf"));
+        if leaf {
+            *uses.entry(stack).or_default() += 1;
+            bytes += size;
+        }
+    }
+    assert_eq!(uses.len(), 4096);
+    assert!(uses.values().all(|&n| n == 8), "uses per stack");
+    // Per thread: sum over i < 16384 of 16 + (i % 64) * 8.
+    assert_eq!(bytes, 2 * 256 * (64 * 16 + 8 * (63 * 64 / 2)));
+    assert_eq!(t.threads.len(), 3, "main and two workers: {:?}", t.threads);
 }

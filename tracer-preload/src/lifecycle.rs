@@ -337,6 +337,7 @@ pub fn constructor() {
         }
     }
     crate::cfi::init();
+    tls::init_keys();
     DEPTH.store(cfg.stack_depth, Ordering::Relaxed);
     UNWIND_FP.store(cfg.unwind == Unwind::Fp, Ordering::Relaxed);
     ALLOCS.store(cfg.allocations(), Ordering::Relaxed);

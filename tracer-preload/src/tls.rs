@@ -19,16 +19,127 @@
 //! served from glibc's surplus static TLS (our block is 16 bytes).
 
 use core::cell::{Cell, UnsafeCell};
-use core::sync::atomic::{AtomicU32, Ordering};
+use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use crate::sys;
 
-/// Number of entries of the direct-mapped "already sent" stack cache.
+/// Number of entries of the direct-mapped "already sent" stack cache every
+/// thread starts with (8 KiB of TLS).
 const SENT_SLOTS: usize = 1024;
+/// A thread that evicted `GROW_AFTER` sent keys from it within `WINDOW`
+/// lookups (a miss rate of 6% or more: more distinct stacks
+/// in use than it holds: alloc_chain's 4,096 sent almost every stack again,
+/// a boxed copy of ~20 frames and an extra message per allocation) moves to
+/// a larger cache on the heap: `BIG_SETS` sets of `WAYS` keys, one cache
+/// line each, least recently used out (128 KiB, only for threads that need
+/// it).
+const GROW_AFTER: u32 = 4096;
+const WINDOW: u32 = 65536;
+const BIG_SETS: usize = 2048;
+const WAYS: usize = 8;
+
+#[derive(Clone, Copy)]
+#[repr(align(64))]
+struct Set([u64; WAYS]);
 
 struct SentCache {
     epoch: u32,
+    evictions: u32,
+    lookups: u32,
     keys: [u64; SENT_SLOTS],
+    /// The large cache (leaked from a `Box` of `BIG_SETS` sets; a
+    /// `pthread` key's destructor frees it when the thread exits: a
+    /// thread-local with a destructor would need glibc to allocate its
+    /// registration, whose free at thread exit reaches our hooks).
+    big: Option<&'static mut [Set]>,
+}
+
+impl SentCache {
+    /// Whether `key` is held (and so was sent); holds it from now on.
+    #[inline]
+    fn check_and_insert(&mut self, key: u64) -> bool {
+        if let Some(big) = &mut self.big {
+            let set = &mut big[(key as usize) % BIG_SETS].0;
+            return match set.iter().position(|&k| k == key) {
+                Some(0) => true,
+                Some(w) => {
+                    set.copy_within(0..w, 1);
+                    set[0] = key;
+                    true
+                }
+                None => {
+                    set.copy_within(0..WAYS - 1, 1);
+                    set[0] = key;
+                    false
+                }
+            };
+        }
+        self.lookups += 1;
+        if self.lookups == WINDOW {
+            self.lookups = 0;
+            self.evictions = 0;
+        }
+        let slot = &mut self.keys[(key as usize) % SENT_SLOTS];
+        if *slot == key {
+            return true;
+        }
+        let evicted = *slot != 0;
+        *slot = key;
+        if evicted {
+            self.evictions += 1;
+            if self.evictions >= GROW_AFTER {
+                self.grow();
+            }
+        }
+        false
+    }
+
+    /// Moves to the large cache, keeping every key the small one holds.
+    #[cold]
+    fn grow(&mut self) {
+        let big: &'static mut [Set] = Box::leak(vec![Set([0; WAYS]); BIG_SETS].into_boxed_slice());
+        let key = BIG_KEY.load(Ordering::Acquire);
+        if key != u64::MAX {
+            // SAFETY: the key was created by `init_keys`; the value is the
+            // cache the destructor frees (a key below 32 stores it inline,
+            // without allocating).
+            unsafe {
+                libc::pthread_setspecific(key as libc::pthread_key_t, big.as_mut_ptr().cast())
+            };
+        }
+        self.big = Some(big);
+        for i in 0..SENT_SLOTS {
+            let k = self.keys[i];
+            if k != 0 {
+                self.check_and_insert(k);
+            }
+        }
+    }
+
+    fn forget(&mut self, key: u64) {
+        match &mut self.big {
+            Some(big) => {
+                for k in big[(key as usize) % BIG_SETS].0.iter_mut() {
+                    if *k == key {
+                        *k = 0;
+                    }
+                }
+            }
+            None => {
+                let slot = &mut self.keys[(key as usize) % SENT_SLOTS];
+                if *slot == key {
+                    *slot = 0;
+                }
+            }
+        }
+    }
+
+    fn clear(&mut self) {
+        self.keys = [0; SENT_SLOTS];
+        if let Some(big) = &mut self.big {
+            big.fill(Set([0; WAYS]));
+        }
+    }
 }
 
 /// The per-thread fields of every hook, zero in a new thread.
@@ -85,8 +196,56 @@ pub fn hot() -> &'static Hot {
 thread_local! {
     static STACK_BOUNDS: Cell<(u64, u64)> = const { Cell::new((0, 0)) };
 
-    static SENT: UnsafeCell<SentCache> =
-        const { UnsafeCell::new(SentCache { epoch: 0, keys: [0; SENT_SLOTS] }) };
+    static SENT: UnsafeCell<SentCache> = const {
+        UnsafeCell::new(SentCache {
+            epoch: 0,
+            evictions: 0,
+            lookups: 0,
+            keys: [0; SENT_SLOTS],
+            big: None,
+        })
+    };
+}
+
+/// The key whose destructor frees an exiting thread's large sent cache.
+static BIG_KEY: AtomicU64 = AtomicU64::new(u64::MAX);
+
+/// Creates the thread-exit key of the large sent caches (from the
+/// constructor, once, before the program starts threads).
+pub fn init_keys() {
+    if BIG_KEY.load(Ordering::Relaxed) != u64::MAX {
+        return;
+    }
+    let mut key: libc::pthread_key_t = 0;
+    // SAFETY: `key` is writable; the destructor is a plain function valid
+    // for the life of the process.
+    if unsafe { libc::pthread_key_create(&mut key, Some(sent_cache_gone)) } == 0 {
+        BIG_KEY.store(u64::from(key), Ordering::Release);
+    }
+}
+
+/// Key destructor: the thread is exiting; its large sent cache is freed
+/// (a later allocation of this thread, another destructor's, finds none and
+/// starts over with the small one).
+unsafe extern "C" fn sent_cache_gone(p: *mut core::ffi::c_void) {
+    let _ = SENT.try_with(|cell| {
+        // SAFETY: as in `already_sent`; a key destructor runs on the
+        // exiting thread itself.
+        let cache = unsafe { &mut *cell.get() };
+        if cache.big.as_ref().is_some_and(|b| b.as_ptr().cast() == p) {
+            cache.big = None;
+            cache.evictions = 0;
+        }
+    });
+    // SAFETY: `p` is the pointer `SentCache::grow` leaked from a boxed slice
+    // of `BIG_SETS` sets and registered for this thread alone; nothing
+    // refers to it any more.
+    drop(unsafe {
+        Box::from_raw(core::ptr::slice_from_raw_parts_mut(
+            p.cast::<Set>(),
+            BIG_SETS,
+        ))
+    });
 }
 
 /// Bumped whenever a new writer starts (fork child, restart after a failed
@@ -204,16 +363,10 @@ pub fn already_sent(key: u64) -> bool {
         // reentrancy guard, and no reference to it escapes this closure.
         let cache = unsafe { &mut *cell.get() };
         if cache.epoch != epoch {
-            cache.keys = [0; SENT_SLOTS];
+            cache.clear();
             cache.epoch = epoch;
         }
-        let slot = &mut cache.keys[(key as usize) % SENT_SLOTS];
-        if *slot == key {
-            true
-        } else {
-            *slot = key;
-            false
-        }
+        cache.check_and_insert(key)
     })
     .unwrap_or(false)
 }
@@ -223,9 +376,84 @@ pub fn forget_sent(key: u64) {
     let _ = SENT.try_with(|cell| {
         // SAFETY: as in `already_sent`.
         let cache = unsafe { &mut *cell.get() };
-        let slot = &mut cache.keys[(key as usize) % SENT_SLOTS];
-        if *slot == key {
-            *slot = 0;
-        }
+        cache.forget(key);
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(i: u64) -> u64 {
+        // Well mixed, as stack keys are.
+        crate::intern::stack_key(&[i + 1])
+    }
+
+    #[test]
+    fn sent_cache_grows_when_the_working_set_outruns_it() {
+        let mut c = SentCache {
+            epoch: 0,
+            evictions: 0,
+            lookups: 0,
+            keys: [0; SENT_SLOTS],
+            big: None,
+        };
+        // 4,096 stacks in a cycle: the small cache keeps missing until it
+        // has evicted GROW_AFTER keys, then the large one holds them all.
+        let mut misses_per_round = Vec::new();
+        for _ in 0..4 {
+            let misses = (0..4096).filter(|&i| !c.check_and_insert(key(i))).count();
+            misses_per_round.push(misses);
+        }
+        assert!(c.big.is_some());
+        assert_eq!(misses_per_round[0], 4096);
+        assert!(misses_per_round[1] > 2048, "{misses_per_round:?}");
+        // Sets hold 8 keys: a set given more than 8 of the 4,096 keys
+        // (Poisson with mean 2: ~0.5 of the 2,048 sets) keeps missing,
+        // nothing else does.
+        assert!(misses_per_round[3] < 32, "{misses_per_round:?}");
+        // Never a false "sent": a key not inserted is never reported held.
+        for i in 10_000..20_000 {
+            assert!(!c.check_and_insert(key(i)));
+        }
+        // forget and clear drop keys from the large cache.
+        assert!(c.check_and_insert(key(19_999)));
+        c.forget(key(19_999));
+        assert!(!c.check_and_insert(key(19_999)));
+        c.clear();
+        assert!(!c.check_and_insert(key(19_999)));
+    }
+
+    #[test]
+    fn a_low_miss_rate_never_grows_the_cache() {
+        let mut c = SentCache {
+            epoch: 0,
+            evictions: 0,
+            lookups: 0,
+            keys: [0; SENT_SLOTS],
+            big: None,
+        };
+        // 100 keys, two of which share a slot: 2 evictions every 100
+        // lookups (2%), 20,000 over the run, never 4,096 in one window.
+        let slot = |k: u64| (k as usize) % SENT_SLOTS;
+        let mut keys: Vec<u64> = Vec::new();
+        let mut i = 0;
+        while keys.len() < 99 {
+            let k = key(i);
+            if keys.iter().all(|&o| slot(o) != slot(k)) {
+                keys.push(k);
+            }
+            i += 1;
+        }
+        let twin = (i..).map(key).find(|&k| slot(k) == slot(keys[0])).unwrap();
+        keys.push(twin);
+        let mut misses = 0;
+        for _ in 0..10_000 {
+            for &k in &keys {
+                misses += usize::from(!c.check_and_insert(k));
+            }
+        }
+        assert_eq!(misses, 98 + 2 * 10_000);
+        assert!(c.big.is_none());
+    }
 }

@@ -1,14 +1,35 @@
 //! A counting global allocator shared by the test binaries that bound memory: it
-//! remembers the largest single allocation (or reallocation) made by the process,
-//! so a test can assert that no length field of a corrupted file sized an
-//! allocation, and the bytes live and their peak, so a test can bound what a
-//! reader holds at once.
+//! remembers the largest single allocation (or reallocation) made by each
+//! thread, so a test can assert that no length field of a corrupted file sized
+//! an allocation (per thread: the test harness runs a binary's tests in
+//! parallel, and one test's allocations must not count against another's),
+//! and the bytes live in the process and their peak, so a test can bound what
+//! a reader holds at once.
 
 use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-/// The largest single allocation since the last reset (store 0 to reset).
-pub static LARGEST: AtomicUsize = AtomicUsize::new(0);
+thread_local! {
+    static LARGEST: Cell<usize> = const { Cell::new(0) };
+}
+
+/// The largest single allocation of this thread since [`reset_largest`].
+#[allow(dead_code)]
+pub fn largest() -> usize {
+    LARGEST.with(|l| l.get())
+}
+
+/// Starts this thread's count of the largest allocation over.
+#[allow(dead_code)]
+pub fn reset_largest() {
+    LARGEST.with(|l| l.set(0));
+}
+
+fn note_size(size: usize) {
+    // `try_with`: the allocator also serves threads being torn down.
+    let _ = LARGEST.try_with(|l| l.set(l.get().max(size)));
+}
 /// Bytes allocated and not freed yet.
 pub static LIVE: AtomicUsize = AtomicUsize::new(0);
 /// The largest `LIVE` since the last reset (store `LIVE` to reset).
@@ -25,7 +46,7 @@ struct Counting;
 // additions are relaxed atomic counters, which cannot affect the allocation.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LARGEST.fetch_max(layout.size(), Ordering::Relaxed);
+        note_size(layout.size());
         grew(layout.size());
         // SAFETY: same contract as our caller's.
         unsafe { System.alloc(layout) }
@@ -36,7 +57,7 @@ unsafe impl GlobalAlloc for Counting {
         unsafe { System.dealloc(ptr, layout) }
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        LARGEST.fetch_max(new_size, Ordering::Relaxed);
+        note_size(new_size);
         LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
         grew(new_size);
         // SAFETY: `ptr` came from `System` with `layout`, as the caller guarantees.

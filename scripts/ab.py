@@ -1,0 +1,64 @@
+#!/usr/bin/env python3
+"""Compares libtracer builds on one command, interleaved, in one go.
+
+Usage:
+    python3 scripts/ab.py [--runs N] NAME=LIB [NAME=LIB ...] -- CMD ARGS...
+
+Each round runs CMD untraced, then under every LIB (LD_PRELOAD, quiet,
+trace files in a scratch directory emptied before each run); prints the
+median wall time of each and its ratio to the untraced median. Extra
+environment (PYTHONMALLOC=malloc, ...) is taken from the caller's.
+Example, a build kept aside against the current one:
+
+    cp target/release/libtracer.so /tmp/before.so   # ... change, rebuild
+    python3 scripts/ab.py --runs 7 before=/tmp/before.so \\
+        after=target/release/libtracer.so -- ./chain_fp 1000000
+"""
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+
+def main(argv):
+    runs = 7
+    if argv[:1] == ["--runs"]:
+        runs = int(argv[1])
+        argv = argv[2:]
+    if "--" not in argv:
+        sys.exit(__doc__)
+    split = argv.index("--")
+    libs = [a.split("=", 1) for a in argv[:split]]
+    cmd = argv[split + 1:]
+    if not cmd or any(len(l) != 2 for l in libs):
+        sys.exit(__doc__)
+    scratch = tempfile.mkdtemp(prefix="ab-")
+    times = {"untraced": []}
+    times.update({name: [] for name, _ in libs})
+    try:
+        for _ in range(runs):
+            for name in times:
+                env = dict(os.environ)
+                if name != "untraced":
+                    lib = os.path.abspath(dict(libs)[name])
+                    env.update(LD_PRELOAD=lib, TRACER_QUIET="1", TRACER_OUTPUT="t")
+                d = os.path.join(scratch, name)
+                shutil.rmtree(d, ignore_errors=True)
+                os.makedirs(d)
+                t = time.perf_counter()
+                subprocess.run(cmd, env=env, cwd=d, check=True, stdout=subprocess.DEVNULL)
+                times[name].append(time.perf_counter() - t)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    base = statistics.median(times["untraced"])
+    for name, t in times.items():
+        m = statistics.median(t)
+        print(f"{name}: {m * 1000:.0f} ms ({m / base:.2f}x) "
+              f"[{min(t) * 1000:.0f}-{max(t) * 1000:.0f}]")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
