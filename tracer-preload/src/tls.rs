@@ -55,6 +55,16 @@ struct SentCache {
 }
 
 impl SentCache {
+    const fn new() -> SentCache {
+        SentCache {
+            epoch: 0,
+            evictions: 0,
+            lookups: 0,
+            keys: [0; SENT_SLOTS],
+            big: None,
+        }
+    }
+
     /// Whether `key` is held (and so was sent); holds it from now on.
     #[inline]
     fn check_and_insert(&mut self, key: u64) -> bool {
@@ -196,15 +206,7 @@ pub fn hot() -> &'static Hot {
 thread_local! {
     static STACK_BOUNDS: Cell<(u64, u64)> = const { Cell::new((0, 0)) };
 
-    static SENT: UnsafeCell<SentCache> = const {
-        UnsafeCell::new(SentCache {
-            epoch: 0,
-            evictions: 0,
-            lookups: 0,
-            keys: [0; SENT_SLOTS],
-            big: None,
-        })
-    };
+    static SENT: UnsafeCell<SentCache> = const { UnsafeCell::new(SentCache::new()) };
 }
 
 /// The key whose destructor frees an exiting thread's large sent cache.
@@ -391,13 +393,7 @@ mod tests {
 
     #[test]
     fn sent_cache_grows_when_the_working_set_outruns_it() {
-        let mut c = SentCache {
-            epoch: 0,
-            evictions: 0,
-            lookups: 0,
-            keys: [0; SENT_SLOTS],
-            big: None,
-        };
+        let mut c = SentCache::new();
         // 4,096 stacks in a cycle: the small cache keeps missing until it
         // has evicted GROW_AFTER keys, then the large one holds them all.
         let mut misses_per_round = Vec::new();
@@ -426,13 +422,7 @@ mod tests {
 
     #[test]
     fn a_low_miss_rate_never_grows_the_cache() {
-        let mut c = SentCache {
-            epoch: 0,
-            evictions: 0,
-            lookups: 0,
-            keys: [0; SENT_SLOTS],
-            big: None,
-        };
+        let mut c = SentCache::new();
         // 100 keys, two of which share a slot: 2 evictions every 100
         // lookups (2%), 20,000 over the run, never 4,096 in one window.
         let slot = |k: u64| (k as usize) % SENT_SLOTS;
