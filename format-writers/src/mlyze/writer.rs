@@ -433,6 +433,28 @@ impl Tables {
         j: &mut J,
         from: &mut StackFrom<'_>,
     ) -> io::Result<()> {
+        self.write_metadata_pass(j, from, false)
+    }
+
+    /// The number of bytes [`Tables::write_metadata_from`] writes, with one
+    /// pass over the stacks instead of two (each stack's entries of both
+    /// stack sections are counted together; with the stacks in the spool's
+    /// log, every pass replays the log).
+    fn metadata_len(&self, from: &mut StackFrom<'_>) -> io::Result<u64> {
+        let mut counter = Counter(0);
+        self.write_metadata_pass(&mut counter, from, true)?;
+        Ok(counter.0)
+    }
+
+    /// Writes the metadata; with `count_only`, the `stack_addresses` entries
+    /// are written along with the `stack_traces` ones (for a byte count: the
+    /// order does not matter then) and its section is left empty.
+    fn write_metadata_pass<J: Write + ?Sized>(
+        &self,
+        j: &mut J,
+        from: &mut StackFrom<'_>,
+        count_only: bool,
+    ) -> io::Result<()> {
         let mut late: FastMap<u64, (u32, u32, u32)> = FastMap::default();
         if self.unresolved.is_some() {
             for &(addr, func, file, line) in &self.address_symbols {
@@ -453,7 +475,11 @@ impl Tables {
                 sep(j, k)?;
                 put_frame(j, file, line, func)?;
             }
-            j.write_all(b"]")
+            j.write_all(b"]")?;
+            if count_only {
+                address_entry(j, n, id, frames)?;
+            }
+            Ok(())
         })?;
         j.write_all(b"},\"files\":")?;
         string_table(j, &self.files)?;
@@ -468,16 +494,9 @@ impl Tables {
             None => j.write_all(b"null")?,
         }
         j.write_all(b",\"stack_addresses\":{")?;
-        self.each_stack(from, &mut |n, id, frames| {
-            sep(j, n)?;
-            write!(j, "\"{id}\":[")?;
-            for (k, f) in frames.iter().rev().enumerate() {
-                sep(j, k)?;
-                let mut d = Digits::new();
-                j.write_all(d.of(f.addr))?;
-            }
-            j.write_all(b"]")
-        })?;
+        if !count_only {
+            self.each_stack(from, &mut |n, id, frames| address_entry(j, n, id, frames))?;
+        }
         j.write_all(b"},\"process\":")?;
         match &self.process {
             Some(p) => {
@@ -555,6 +574,23 @@ impl Tables {
         }
         j.write_all(b"}}")
     }
+}
+
+/// One stack's entry of the `stack_addresses` section.
+fn address_entry<J: Write + ?Sized>(
+    j: &mut J,
+    n: usize,
+    id: StackId,
+    frames: &[FrameRef],
+) -> io::Result<()> {
+    sep(j, n)?;
+    write!(j, "\"{id}\":[")?;
+    for (k, f) in frames.iter().rev().enumerate() {
+        sep(j, k)?;
+        let mut d = Digits::new();
+        j.write_all(d.of(f.addr))?;
+    }
+    j.write_all(b"]")
 }
 
 fn sep<J: Write + ?Sized>(j: &mut J, n: usize) -> io::Result<()> {
@@ -930,9 +966,7 @@ impl<W: Write> Writer<W> {
             },
             _ => StackFrom::Tables,
         };
-        let mut counter = Counter(0);
-        t.write_metadata_from(&mut counter, &mut from)?;
-        let meta_len = u32::try_from(counter.0).map_err(|_| {
+        let meta_len = u32::try_from(t.metadata_len(&mut from)?).map_err(|_| {
             io::Error::new(
                 io::ErrorKind::InvalidData,
                 "mlyze metadata exceeds the 4 GiB its 32-bit length field can describe",
