@@ -11,7 +11,9 @@
 //! process would otherwise carry them through its whole run, its peak included.
 //! When their ids ascend in the log (each set once, in order, as the preload
 //! numbers them), `finish` does not rebuild them either: the metadata reads them
-//! from the log's chunks, once per pass (see [`StackFrom`]).
+//! from the log's chunks, once per pass over the stacks: one pass counts the
+//! metadata's bytes for both stack sections, then one writes each section (see
+//! [`StackFrom`] and `Tables::metadata_len`).
 
 use std::collections::HashMap;
 use std::fs::File;
