@@ -212,16 +212,23 @@ fn stack_now() -> u64 {
     } else {
         Unwind::Dwarf
     };
-    // Zeroing 2 KiB per event costs more than the unwinding of a short
-    // stack: the default depth gets a buffer of its own size.
-    let mut small = [0u64; config::DEFAULT_DEPTH];
-    let mut large;
-    let buf: &mut [u64] = if depth <= small.len() {
-        &mut small[..depth]
-    } else {
-        large = [0u64; config::MAX_DEPTH];
-        &mut large[..depth]
-    };
+    // A capture of the default depth goes into this thread's frame buffer
+    // (zeroing even 512 bytes on the stack was ~50 instructions an event);
+    // deeper ones, and threads whose TLS is being torn down, use a fresh
+    // array.
+    if depth <= config::DEFAULT_DEPTH {
+        if let Some(key) = tls::with_frames(|buf| capture_and_key(method, &mut buf[..depth])) {
+            return key;
+        }
+    }
+    let mut large = [0u64; config::MAX_DEPTH];
+    capture_and_key(method, &mut large[..depth.min(config::MAX_DEPTH)])
+}
+
+/// Unwinds into `buf`, sends the stack if this thread has not yet, and
+/// returns its key.
+#[inline(always)]
+fn capture_and_key(method: Unwind, buf: &mut [u64]) -> u64 {
     let n = unwind::capture(method, buf);
     let frames = &buf[..n];
     let key = stack_key(frames);

@@ -207,6 +207,9 @@ thread_local! {
     static STACK_BOUNDS: Cell<(u64, u64)> = const { Cell::new((0, 0)) };
 
     static SENT: UnsafeCell<SentCache> = const { UnsafeCell::new(SentCache::new()) };
+
+    static FRAMES: UnsafeCell<[u64; crate::config::DEFAULT_DEPTH]> =
+        const { UnsafeCell::new([0; crate::config::DEFAULT_DEPTH]) };
 }
 
 /// The key whose destructor frees an exiting thread's large sent cache.
@@ -371,6 +374,21 @@ pub fn already_sent(key: u64) -> bool {
         cache.check_and_insert(key)
     })
     .unwrap_or(false)
+}
+
+/// Runs `f` on this thread's frame buffer (its contents are whatever the
+/// previous capture left); None while the thread's TLS is torn down.
+#[inline]
+pub fn with_frames<R>(f: impl FnOnce(&mut [u64; crate::config::DEFAULT_DEPTH]) -> R) -> Option<R> {
+    FRAMES
+        .try_with(|cell| {
+            // SAFETY: only the stack capture of this thread touches the
+            // buffer, inside the reentrancy guard (a hook nested in a signal
+            // handler passes through without capturing), so no other
+            // reference to it exists while `f` runs.
+            f(unsafe { &mut *cell.get() })
+        })
+        .ok()
 }
 
 /// Forgets that `key` was sent (its message could not be delivered).
