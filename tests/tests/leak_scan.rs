@@ -306,7 +306,7 @@ fn a_signal_handler_unmapping_memory_at_exit_waits_for_the_scan() {
     // the example). Without the hold this run dies of SIGSEGV every time.
     let bin = example("scan/exit_signal");
     for _ in 0..3 {
-        let traced = run_traced(&Cmd::new(&bin), &[]);
+        let traced = run_traced(&Cmd::new(&bin), &[("TRACER_SCAN_STATS", "1")]);
         assert!(
             traced.output.status.success(),
             "{}; stderr: {}",
@@ -317,12 +317,16 @@ fn a_signal_handler_unmapping_memory_at_exit_waits_for_the_scan() {
             String::from_utf8_lossy(&traced.output.stdout),
             "main done\n"
         );
+        // The direct path was the one taken (else this test proves nothing).
+        assert!(
+            traced.stderr().contains("blocks copied directly"),
+            "{}",
+            traced.stderr()
+        );
         let s = read_scan(&traced.files[0]).unwrap_or_else(|e| panic!("{e}"));
         assert!(s.scanned);
         assert_eq!((s.unclassified, s.stray), (0, 0));
-        let small: Vec<LeakKind> = s.blocks.iter().filter(|b| b.1 == 32).map(|b| b.2).collect();
-        assert_eq!(small.len(), 100_000);
-        assert!(small.iter().all(|&k| k == LeakKind::Reachable));
+        assert_small_blocks_reachable(&s);
         // A large block freed by a tick that came before the exit began
         // (a loaded machine) is no longer live; every other one is reached
         // through its small block.
@@ -339,4 +343,34 @@ fn a_signal_handler_unmapping_memory_at_exit_waits_for_the_scan() {
         );
         assert!(big.iter().all(|&k| k == LeakKind::Reachable), "{big:?}");
     }
+}
+
+/// exit_signal's 100,000 blocks of 32 bytes, all reachable from its array.
+fn assert_small_blocks_reachable(s: &ScanResult) {
+    let small: Vec<LeakKind> = s.blocks.iter().filter(|b| b.1 == 32).map(|b| b.2).collect();
+    assert_eq!(small.len(), 100_000);
+    assert!(small.iter().all(|&k| k == LeakKind::Reachable));
+}
+
+#[test]
+fn with_another_thread_alive_the_exit_scan_reads_through_the_kernel() {
+    // A second thread waits in pause() while the process exits: nothing is
+    // held, the timer's handler may run on either thread and unmap blocks
+    // during the scan, and the kernel's reads fail harmlessly on them.
+    let bin = example("scan/exit_signal");
+    let traced = run_traced(&Cmd::new(&bin).arg("thread"), &[("TRACER_SCAN_STATS", "1")]);
+    assert!(
+        traced.output.status.success(),
+        "{}; stderr: {}",
+        status_text(&traced.output.status),
+        traced.stderr()
+    );
+    assert!(
+        traced.stderr().contains("blocks read through the kernel"),
+        "{}",
+        traced.stderr()
+    );
+    let s = read_scan(&traced.files[0]).unwrap_or_else(|e| panic!("{e}"));
+    assert!(s.scanned);
+    assert_small_blocks_reachable(&s);
 }

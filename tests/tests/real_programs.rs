@@ -317,8 +317,29 @@ fn alloc_chain_without_frame_pointers_has_exact_stacks() {
 #[test]
 fn threads_that_outgrow_the_sent_cache_keep_exact_stacks_and_counts() {
     let chain = alloc_chain_nofp();
-    let run = run_traced(&Cmd::new(&chain).arg("32768").arg("2"), &[]);
+    let run = run_traced(
+        &Cmd::new(&chain).arg("32768").arg("2"),
+        &[("TRACER_STACK_STATS", "1")],
+    );
     assert!(run.output.status.success(), "{}", run.stderr());
+    // The caches grew: each thread misses its 4,096 stacks in the first two
+    // rounds (the small cache evicts 4,096 keys by then), then hits (a set
+    // given more than 8 keys keeps missing: a few dozen a round at most).
+    // Without the large cache every use would miss: ~32,768 messages.
+    let line = run
+        .stderr()
+        .lines()
+        .find_map(|l| l.strip_prefix("libtracer: stacks: ").map(str::to_string))
+        .unwrap_or_else(|| panic!("no stack statistics: {}", run.stderr()));
+    let messages: u64 = line
+        .split(' ')
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{line}"));
+    assert!(
+        (2 * 4096..=2 * 2 * 4096 + 256).contains(&messages),
+        "stack messages: {line}"
+    );
     let t = single_trace(&run);
     assert_eq!((t.unknown_frees, t.double_allocs), (0, 0));
     let mut uses: HashMap<u64, usize> = HashMap::new();

@@ -113,7 +113,6 @@ impl StackTable {
         self.ids.get(&key).copied()
     }
 
-    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.ids.len()
     }

@@ -828,11 +828,10 @@ pub fn before_abort() {
 extern "C" fn at_exit() {
     crate::syscalls::before_exit_handler();
     if is_traced_process() && crate::scan::enabled() {
-        let _g = tls::enter();
-        crate::scan::hold_exit();
-        crate::scan::request(crate::scan::ExitPoint::here().above_exit());
-        stop_writer(true);
-        crate::scan::release_exit(true);
+        let g = tls::enter();
+        let at = crate::scan::ExitPoint::here().above_exit();
+        drop(g);
+        stop_after_scan(at);
         return;
     }
     stop_writer(true);
@@ -842,16 +841,22 @@ extern "C" fn at_exit() {
 #[inline(always)]
 pub fn before_exit() {
     if is_traced_process() && crate::scan::enabled() {
-        let at = crate::scan::ExitPoint::here();
-        let g = tls::enter();
-        crate::scan::hold_exit();
-        crate::scan::request(at);
-        drop(g);
-        stop_writer(true);
-        crate::scan::release_exit(true);
+        stop_after_scan(crate::scan::ExitPoint::here());
         return;
     }
     stop_writer(true);
+}
+
+/// The process ends at `at`: asks for the leak scan, with this thread's
+/// signals held while the scan may copy memory directly, and stops the
+/// writer.
+fn stop_after_scan(at: crate::scan::ExitPoint) {
+    let g = tls::enter();
+    crate::scan::hold_exit();
+    crate::scan::request(at);
+    drop(g);
+    stop_writer(true);
+    crate::scan::release_exit(true);
 }
 
 // ---------------------------------------------------------------- fork

@@ -1402,10 +1402,10 @@ pub struct Stats {
     pub blocks: usize,
     pub root_bytes: u64,
     pub nanos: u64,
+    /// Blocks were copied directly ([`hold_exit`]), not read by the kernel.
+    pub direct: bool,
 }
 
-/// Classifies every live block; returns them sorted by address. Runs on the
-/// writer thread, which must be marked as the tracer's own.
 /// The exiting thread's side of the direct reads. [`hold_exit`] blocks
 /// the exiting thread's signals and sets `HELD` when no other thread of the
 /// program lives; the scan turns `HELD` into `SCANNING` for as long as it
@@ -1489,6 +1489,8 @@ pub fn fast_mappings(maps: &[Mapping]) -> Vec<(u64, u64)> {
     v
 }
 
+/// Classifies every live block; returns them sorted by address. Runs on the
+/// writer thread, which must be marked as the tracer's own.
 pub fn run(live: &mut Live, at: &ExitPoint) -> (Vec<(u64, LeakKind)>, Stats) {
     let begun = sys::now_ns();
     let maps = parse_maps(&std::fs::read_to_string("/proc/self/maps").unwrap_or_default());
@@ -1551,6 +1553,7 @@ pub fn run(live: &mut Live, at: &ExitPoint) -> (Vec<(u64, LeakKind)>, Stats) {
         blocks: blocks.len(),
         root_bytes,
         nanos: sys::now_ns().saturating_sub(begun),
+        direct: fast,
     };
     (out, stats)
 }

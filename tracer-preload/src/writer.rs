@@ -130,6 +130,9 @@ struct State {
     failed: bool,
     /// Blocks live in the stream written so far (for the scan at exit).
     live: scan::Live,
+    /// Stack messages received (a thread sends a stack again when its
+    /// "already sent" cache lost it: `TRACER_STACK_STATS`).
+    stack_messages: u64,
 }
 
 /// Runs the writer until asked to stop; returns the receiver for reuse.
@@ -155,6 +158,7 @@ pub fn run(
         last_tid: 0,
         failed: false,
         live: scan::Live::default(),
+        stack_messages: 0,
     };
     // The sizes of the blocks live at exit can be read back from a trace
     // that replays its allocations: the live table then keeps starts only.
@@ -401,6 +405,7 @@ impl State {
     fn handle(&mut self, m: Msg) {
         match m {
             Msg::Stack { key, frames } => {
+                self.stack_messages += 1;
                 let key = if self.depth == 0 { NO_STACK } else { key };
                 self.new_stack(key, &frames);
             }
@@ -551,10 +556,15 @@ impl State {
         ctl.progress.fetch_add(1, Ordering::Relaxed);
         if std::env::var_os("TRACER_SCAN_STATS").is_some() {
             sys::stderr_line(&format!(
-                "leak scan: {} blocks, {} root bytes, {} us",
+                "leak scan: {} blocks, {} root bytes, {} us, blocks {}",
                 stats.blocks,
                 stats.root_bytes,
-                stats.nanos / 1000
+                stats.nanos / 1000,
+                if stats.direct {
+                    "copied directly"
+                } else {
+                    "read through the kernel"
+                }
             ));
         }
         let time_ns = self.time(sys::now_ns());
@@ -565,6 +575,14 @@ impl State {
     }
 
     fn finish(&mut self, ctl: &Control) {
+        // Private, like TRACER_SCAN_STATS: what the hand-off of stacks cost.
+        if std::env::var_os("TRACER_STACK_STATS").is_some() {
+            sys::stderr_line(&format!(
+                "stacks: {} messages, {} distinct",
+                self.stack_messages,
+                self.stacks.len()
+            ));
+        }
         let fresh = self.objects.rescan();
         self.emit_objects(fresh);
         let mut addrs: Vec<u64> = std::mem::take(&mut self.addresses).into_iter().collect();
@@ -628,6 +646,7 @@ mod tests {
             last_tid: 0,
             failed: false,
             live: scan::Live::default(),
+            stack_messages: 0,
         };
         (st, seen)
     }
