@@ -65,6 +65,101 @@ fn stress_exact() {
     );
 }
 
+/// Messages the writer took from the lane (`TRACER_STACK_STATS`, private).
+fn lane_messages(run: &Traced) -> u64 {
+    run.stderr()
+        .lines()
+        .find_map(|l| l.strip_prefix("libtracer: lane: "))
+        .and_then(|l| l.strip_suffix(" messages"))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no lane statistics: {}", run.stderr()))
+}
+
+/// A program with one thread (alloc_chain, 20,000 pairs): its events after
+/// start-up go through the lane, the trace is the same as through the
+/// channel (`TRACER_LANE=0`), and every count is the program's.
+#[test]
+fn a_lone_thread_records_through_its_lane() {
+    let bin = example_with("bench/alloc_chain", &["-O2", "-g", "-pthread"]);
+    let cmd = Cmd::new(&bin).arg("20000");
+    let plain = cmd.run_plain();
+    let mut figures = Vec::new();
+    for lane in ["1", "0"] {
+        let run = run_traced(&cmd, &[("TRACER_STACK_STATS", "1"), ("TRACER_LANE", lane)]);
+        assert_same_behaviour(&plain, &run, "alloc_chain");
+        let trace = single_trace(&run);
+        assert_eq!((trace.unknown_frees, trace.double_allocs), (0, 0));
+        let through_lane = lane_messages(&run);
+        if lane == "1" {
+            // The 20,000 pairs, the stack messages, and the C runtime's few
+            // calls after start-up.
+            let stacks: u64 = run
+                .stderr()
+                .lines()
+                .find_map(|l| l.strip_prefix("libtracer: stacks: "))
+                .and_then(|l| l.split(' ').next())
+                .and_then(|n| n.parse().ok())
+                .unwrap_or_else(|| panic!("no stack statistics: {}", run.stderr()));
+            let floor = 2 * 20_000 + stacks;
+            assert!(
+                (floor..=floor + 64).contains(&through_lane),
+                "lane messages: {through_lane}, stack messages {stacks}"
+            );
+        } else {
+            assert_eq!(through_lane, 0);
+        }
+        figures.push(trace.figures);
+    }
+    assert_eq!(
+        figures[0], figures[1],
+        "the same figures through either path"
+    );
+    // Per alloc_chain.c's header: sum over i < 20,000 of 16 + (i % 64) * 8,
+    // all freed (its own calls; the C runtime's stdout buffer comes on top).
+    let bytes: u64 = (0..20_000u64).map(|i| 16 + (i % 64) * 8).sum();
+    assert!(figures[0].allocations >= 20_000 && figures[0].frees >= 20_000);
+    assert!(figures[0].bytes_allocated >= bytes);
+    assert!(
+        figures[0].bytes_allocated - bytes <= 4096,
+        "{:?}",
+        figures[0]
+    );
+}
+
+/// lane_handover.c: the main thread records alone (through the lane), then
+/// a second thread starts recording while the main one goes on and frees
+/// the main thread's blocks. The lane closes on the second thread's first
+/// event; no event is lost or reordered across the hand-over (a free read
+/// before its allocation, or an allocation at a live address, would show),
+/// and every count is the program's. Repeated: the hand-over is a race.
+#[test]
+fn the_lane_closes_when_a_second_thread_records() {
+    let bin = example("lane_handover");
+    let cmd = Cmd::new(&bin);
+    let plain = cmd.run_plain();
+    let bytes: u64 = 4096 * 48
+        + 4096 * 64
+        + (0..100_000u64).map(|i| 32 + i % 64).sum::<u64>()
+        + (0..100_000u64).map(|i| 16 + i % 100).sum::<u64>();
+    assert_eq!(bytes, 13_358_240, "lane_handover.c's stated sum");
+    let own = Figures::new(208_192, 208_192, bytes, 0, 0);
+    let dtv = dtv_bytes_for(&bin, Some(&tracer_lib()));
+    for _ in 0..5 {
+        let run = run_traced(&cmd, &[("TRACER_STACK_STATS", "1")]);
+        assert_same_behaviour(&plain, &run, "lane_handover");
+        let trace = single_trace(&run);
+        assert_trace_figures(&trace, own.plus_live(1, dtv), "lane_handover");
+        assert_eq!((trace.unknown_frees, trace.double_allocs), (0, 0));
+        // The 4,096 first blocks at least went through the lane; the
+        // helper's 200,000 events never did.
+        let through_lane = lane_messages(&run);
+        assert!(
+            (4096..=208_192 * 2 - 200_000 + 64).contains(&through_lane),
+            "lane messages: {through_lane}"
+        );
+    }
+}
+
 /// fork.c: parent's and child's figures (see its header).
 const FORK_PARENT: Figures = Figures::new(3, 2, 5499, 4444, 1);
 const FORK_CHILD: Figures = Figures::new(2, 1, 333, 222, 1);

@@ -36,6 +36,8 @@ mod config;
 mod fds;
 mod hooks;
 mod intern;
+#[cfg_attr(test, allow(dead_code))]
+mod lane;
 // The constructor and the handlers it registers are not built into unit tests.
 #[cfg_attr(test, allow(dead_code))]
 mod lifecycle;

@@ -125,7 +125,7 @@ fn config() -> Option<&'static Config> {
 #[inline]
 fn deliver(msg: Msg) -> bool {
     match STATE.load(Ordering::Acquire) {
-        TRACING => send(msg),
+        TRACING => hand_off(msg),
         NOT_YET | INITIALISING => deliver_early(msg),
         _ => false,
     }
@@ -147,7 +147,7 @@ fn deliver_early(msg: Msg) -> bool {
         }
     });
     match msg {
-        Some(m) if !kept && STATE.load(Ordering::Acquire) == TRACING => send(m),
+        Some(m) if !kept && STATE.load(Ordering::Acquire) == TRACING => hand_off(m),
         _ => kept,
     }
 }
@@ -165,8 +165,19 @@ fn begin() {
     }
 }
 
+/// While tracing: into the lane when this thread owns it, else into the
+/// channel (see `lane`).
+#[inline(always)]
+fn hand_off(msg: Msg) -> bool {
+    match crate::lane::offer(msg) {
+        None => true,
+        Some(msg) => send(msg),
+    }
+}
+
 /// Pushes into the channel; when it is full, waits for the writer (never
 /// dropping the event) unless tracing stopped meanwhile.
+#[inline(never)]
 fn send(msg: Msg) -> bool {
     let tx = SENDER.load(Ordering::Acquire);
     if tx.is_null() {
@@ -614,6 +625,7 @@ fn start(rx: Option<Receiver<Msg>>) -> bool {
     if outputs.is_empty() {
         return false;
     }
+    let fresh = rx.is_none();
     let rx = match rx {
         Some(rx) => rx,
         None => {
@@ -626,6 +638,12 @@ fn start(rx: Option<Receiver<Msg>>) -> bool {
     };
     let ctl = Arc::new(Control::default());
     CONTROL.store(Arc::into_raw(ctl.clone()).cast_mut(), Ordering::Release);
+    if fresh {
+        if std::env::var_os("TRACER_LANE").is_some_and(|v| v == "0") {
+            crate::lane::refuse();
+        }
+        crate::lane::open_here();
+    }
     let early = EARLY.with(|list| {
         STATE.store(TRACING, Ordering::Release);
         std::mem::take(list)
@@ -882,6 +900,7 @@ extern "C" fn fork_child() {
     let state = STATE.load(Ordering::Acquire);
     TRACED_PID.store(sys::raw_getpid(), Ordering::Relaxed);
     crate::syscalls::ring::after_fork_child();
+    crate::lane::after_fork_child();
     match state {
         NOT_YET | DISABLED => {}
         INITIALISING => EARLY.with(|list| list.clear()),

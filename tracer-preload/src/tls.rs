@@ -160,7 +160,9 @@ pub struct Hot {
     /// Set by our `vfork` around the system call: the child runs on this
     /// thread's memory, and must never record into the parent's trace.
     vfork: Cell<bool>,
-    _pad: [u8; 2],
+    /// This thread owns the allocation lane (`lane`).
+    lane: Cell<bool>,
+    _pad: u8,
     /// The OS thread id, 0 until first asked.
     tid: Cell<u32>,
     /// This thread's syscall ring (`syscalls::ring`), null until taken.
@@ -285,6 +287,16 @@ impl Hot {
     #[inline]
     pub fn passing(&self) -> bool {
         self.busy.get() | self.vfork.get()
+    }
+
+    /// Whether this thread owns the allocation lane (see `lane`).
+    #[inline(always)]
+    pub fn lane_owner(&self) -> bool {
+        self.lane.get()
+    }
+
+    pub fn set_lane_owner(&self, owner: bool) {
+        self.lane.set(owner);
     }
 
     /// The OS thread id, cached.

@@ -24,7 +24,7 @@ use format_writers::{
 
 use crate::config::Symbolize;
 use crate::intern::{Interned, StackTable, NO_STACK};
-use crate::{fds, objects, scan, sys, syscalls, tls};
+use crate::{fds, lane, objects, scan, sys, syscalls, tls};
 
 /// One message from a hook to the writer. Kept small (48 bytes) because the
 /// channel preallocates a slot per message.
@@ -133,6 +133,8 @@ struct State {
     /// Stack messages received (a thread sends a stack again when its
     /// "already sent" cache lost it: `TRACER_STACK_STATS`).
     stack_messages: u64,
+    /// Messages taken from the lane (see `lane`; `TRACER_STACK_STATS`).
+    lane_messages: u64,
 }
 
 /// Runs the writer until asked to stop; returns the receiver for reuse.
@@ -159,6 +161,7 @@ pub fn run(
         failed: false,
         live: scan::Live::default(),
         stack_messages: 0,
+        lane_messages: 0,
     };
     // The sizes of the blocks live at exit can be read back from a trace
     // that replays its allocations: the live table then keeps starts only.
@@ -184,8 +187,11 @@ pub fn run(
     let mut idle = Duration::from_micros(500);
     let mut dirty = false;
     loop {
-        let mut got = 0u32;
+        let mut got = st.drain_lane() as u32;
         while let Ok(m) = rx.try_recv() {
+            // What the lane's owner published before this message was sent
+            // comes first (see `lane`).
+            got += st.drain_lane() as u32;
             st.handle(m);
             got += 1;
             if got >= 4096 {
@@ -196,9 +202,12 @@ pub fn run(
         ctl.progress.fetch_add(1, Ordering::Relaxed);
         let wanted = ctl.flush_requested.load(Ordering::SeqCst);
         if wanted != ctl.flush_done.load(Ordering::Relaxed) {
+            st.drain_lane();
             while let Ok(m) = rx.try_recv() {
+                st.drain_lane();
                 st.handle(m);
             }
+            st.drain_lane();
             st.drain_syscalls();
             let unloading = ctl
                 .unloading
@@ -224,7 +233,11 @@ pub fn run(
             dirty = false;
         }
         if got == 0 {
-            if ctl.stop.load(Ordering::SeqCst) && rx.is_empty() && syscalls::ring::all_empty() {
+            if ctl.stop.load(Ordering::SeqCst)
+                && rx.is_empty()
+                && lane::is_empty()
+                && syscalls::ring::all_empty()
+            {
                 break;
             }
             sleep_until_woken(&rx, idle);
@@ -236,9 +249,12 @@ pub fn run(
     if let Some(at) = scan::take_request() {
         st.leak_scan(&at, ctl);
         // What other threads did meanwhile follows the scan's records.
+        st.drain_lane();
         while let Ok(m) = rx.try_recv() {
+            st.drain_lane();
             st.handle(m);
         }
+        st.drain_lane();
     }
     st.drain_syscalls();
     st.finish(ctl);
@@ -252,7 +268,7 @@ static SLEEPING: AtomicU32 = AtomicU32::new(0);
 /// Sleeps up to `max`, or until [`wake`] is called.
 fn sleep_until_woken(rx: &Receiver<Msg>, max: Duration) {
     SLEEPING.store(1, Ordering::SeqCst);
-    if rx.is_empty() {
+    if rx.is_empty() && lane::is_empty() {
         sys::futex_wait(&SLEEPING, 1, max);
     }
     SLEEPING.store(0, Ordering::SeqCst);
@@ -290,6 +306,14 @@ impl State {
                 return;
             }
         }
+    }
+
+    /// Handles what the lane's owner published (see `lane`); returns how
+    /// many messages.
+    fn drain_lane(&mut self) -> usize {
+        let n = lane::drain(|m| self.handle(m));
+        self.lane_messages += n as u64;
+        n
     }
 
     /// Writes the system calls the program's threads queued in their rings
@@ -582,6 +606,7 @@ impl State {
                 self.stack_messages,
                 self.stacks.len()
             ));
+            sys::stderr_line(&format!("lane: {} messages", self.lane_messages));
         }
         let fresh = self.objects.rescan();
         self.emit_objects(fresh);
@@ -647,6 +672,7 @@ mod tests {
             failed: false,
             live: scan::Live::default(),
             stack_messages: 0,
+            lane_messages: 0,
         };
         (st, seen)
     }
