@@ -364,10 +364,15 @@ impl State {
         self.last_time
     }
 
+    #[inline]
     fn thread(&mut self, tid: u32) {
-        if tid == self.last_tid {
-            return;
+        if tid != self.last_tid {
+            self.other_thread(tid);
         }
+    }
+
+    #[inline(never)]
+    fn other_thread(&mut self, tid: u32) {
         self.last_tid = tid;
         if self.threads.insert(tid) {
             let name = std::fs::read_to_string(format!("/proc/self/task/{tid}/comm"))
@@ -419,11 +424,21 @@ impl State {
         self.live.free(addr);
         self.thread(tid);
         let time_ns = self.time(time_ns);
-        self.emit(&Record::Event(Event::Free(Free {
+        self.emit_plain(Event::Free(Free {
             time_ns,
             thread: tid,
             address: addr,
-        })));
+        }));
+    }
+
+    /// An allocation or a free: its record owns no heap memory, so it is
+    /// never dropped (the record enum's drop glue cost ~37 instructions an
+    /// event, callgrind on alloc_chain).
+    #[inline]
+    fn emit_plain(&mut self, e: Event) {
+        debug_assert!(matches!(e, Event::Alloc(_) | Event::Free(_)));
+        let r = core::mem::ManuallyDrop::new(Record::Event(e));
+        self.emit(&r);
     }
 
     fn handle(&mut self, m: Msg) {
@@ -450,13 +465,13 @@ impl State {
                 let stack = self.stack_id(key);
                 self.thread(tid);
                 self.live.alloc_with(addr, size, exact);
-                self.emit(&Record::Event(Event::Alloc(Alloc {
+                self.emit_plain(Event::Alloc(Alloc {
                     time_ns,
                     thread: tid,
                     address: addr,
                     size,
                     stack,
-                })));
+                }));
             }
             Msg::Free { time_ns, tid, addr } => self.free(time_ns, tid, addr),
             Msg::ReallocFree { time_ns, tid, addr } => {
