@@ -110,6 +110,32 @@ fn direct_leak_is_definite() {
     check_equal("direct", &[classes((128, 2), (0, 0), (0, 0), (0, 0))]);
 }
 
+/// The "sizes replayed" count of a run's scan statistics line.
+fn sizes_replayed(bin: &Path) -> u64 {
+    let traced = run_traced(&Cmd::new(bin), &[("TRACER_SCAN_STATS", "1")]);
+    assert!(traced.output.status.success(), "{}", traced.stderr());
+    traced
+        .stderr()
+        .lines()
+        .find_map(|l| l.strip_prefix("libtracer: leak scan: "))
+        .and_then(|l| l.split(", ").nth(1))
+        .and_then(|f| f.strip_suffix(" sizes replayed"))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no scan statistics: {}", traced.stderr()))
+}
+
+/// Ten blocks lost at the start (exact sizes kept: few blocks live then),
+/// five lost while 6,000 blocks are live (sizes read back from the trace at
+/// exit): valgrind's classes and bytes, exactly, both ways. A small program
+/// needs no replay at all.
+#[test]
+fn leaks_from_the_start_and_from_a_crowded_heap_keep_their_sizes() {
+    check_equal("survivors", &[classes((390, 15), (0, 0), (0, 0), (16, 1))]);
+    let late = sizes_replayed(&example("leaks/survivors"));
+    assert!((5..=64).contains(&late), "sizes replayed: {late}");
+    assert_eq!(sizes_replayed(&example("leaks/direct")), 0);
+}
+
 #[test]
 fn blocks_behind_a_lost_struct_are_indirect() {
     // The 16-byte root is lost; 40 + 60 + 24 bytes hang from it.

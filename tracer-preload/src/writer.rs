@@ -595,8 +595,9 @@ impl State {
         ctl.progress.fetch_add(1, Ordering::Relaxed);
         if std::env::var_os("TRACER_SCAN_STATS").is_some() {
             sys::stderr_line(&format!(
-                "leak scan: {} blocks, {} root bytes, {} us, blocks {}",
+                "leak scan: {} blocks, {} sizes replayed, {} root bytes, {} us, blocks {}",
                 stats.blocks,
+                self.live.replayed_blocks(),
                 stats.root_bytes,
                 stats.nanos / 1000,
                 if stats.direct {
