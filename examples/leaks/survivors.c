@@ -6,14 +6,15 @@
  * ten leaks are of the first kind, the last five of the second.
  *
  * Reading the code: leak() allocates and forgets the pointer (line 28);
- * sizes 17..26 first, 33..37 later. A last 16-byte block stays reachable
- * from a global: it keeps glibc's top chunk, whose address the arena holds,
- * away from the lost blocks (a block followed by the top chunk has that
- * address inside it, an interior pointer for a scan of libc's data).
- *   definitely lost: 390 bytes in 15 blocks (215 + 175)
- *   still reachable: 16 bytes in 1 block
- *   indirectly lost, possibly lost: 0
- *   total heap usage: 6,016 allocs, 6,000 frees
+ * sizes 25 + i % 8 for i < 10 first (279 bytes), 41..45 later (215).
+ *   definitely lost: 494 bytes in 15 blocks
+ *   indirectly lost, possibly lost, still reachable: 0
+ *   total heap usage: 6,015 allocs, 6,000 frees
+ * The sizes are chosen so that the chunk after each block starts past its
+ * requested bytes: glibc's arena holds the address of the chunk after a
+ * block once that chunk is free (or is the top chunk), which a scan of
+ * libc's data would read as an interior pointer to a lost block whose last
+ * requested bytes overlap that chunk's header (sizes 17..24, 33..40, ...).
  * Nothing else is allocated (output goes through write(2), see ../out.h). */
 #include <stdlib.h>
 #include "../out.h"
@@ -21,7 +22,6 @@
 #define MANY 6000
 
 void *volatile sink;
-void *volatile last;
 static void *many[MANY];
 
 __attribute__((noinline)) void leak(size_t size) {
@@ -31,12 +31,11 @@ __attribute__((noinline)) void leak(size_t size) {
 
 int main(void) {
     for (int i = 0; i < 10; i++)
-        leak(17 + i);
+        leak(25 + i % 8);
     for (int i = 0; i < MANY; i++)
         many[i] = malloc(40 + i % 50);
     for (int i = 0; i < 5; i++)
-        leak(33 + i);
-    last = malloc(16);
+        leak(41 + i);
     for (int i = 0; i < MANY; i++)
         free(many[i]);
     out_str("survivors: done\n");

@@ -248,8 +248,22 @@ pub struct Live {
     resolved: Option<Vec<(u64, u64)>>,
     /// Block starts in `bits` (replayed-sizes mode).
     starts: usize,
+    /// Replayed-sizes mode: a bit per hash of every address ever put into
+    /// `big` (2^16 bits, never cleared), so most frees skip a lookup there
+    /// (python3: once its first 4,096 blocks are past, nearly none of its
+    /// frees is of a block in `big`).
+    maybe_big: Vec<u64>,
     /// Blocks whose sizes the replay at exit looked for (statistics).
     replayed_blocks: usize,
+}
+
+/// Words of `Live::maybe_big` (2^16 bits, 8 KiB).
+const MAYBE_BIG_WORDS: usize = 1024;
+
+/// The bit of `addr` in `Live::maybe_big`.
+#[inline]
+fn maybe_big_bit(addr: u64) -> usize {
+    ((addr >> 4).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 48) as usize
 }
 
 /// Replayed-sizes mode: a block allocated while at most this many are live
@@ -431,8 +445,13 @@ impl Live {
                 || EXACT.load(Ordering::Relaxed)
             {
                 self.big.insert(addr, size);
-            } else if !self.big.is_empty() {
-                self.big.remove(&addr);
+                if self.maybe_big.is_empty() {
+                    self.maybe_big = vec![0; MAYBE_BIG_WORDS];
+                }
+                let h = maybe_big_bit(addr);
+                self.maybe_big[h >> 6] |= 1 << (h & 63);
+            } else {
+                self.forget_big(addr);
             }
             return;
         }
@@ -462,6 +481,19 @@ impl Live {
         self.leaves[leaf][p] = pair_byte(odd, code);
     }
 
+    /// Replayed-sizes mode: `addr` no longer keeps an exact size.
+    #[inline]
+    fn forget_big(&mut self, addr: u64) {
+        let h = maybe_big_bit(addr);
+        if self
+            .maybe_big
+            .get(h >> 6)
+            .is_some_and(|w| w & (1 << (h & 63)) != 0)
+        {
+            self.big.remove(&addr);
+        }
+    }
+
     pub fn free(&mut self, addr: u64) {
         if self.replayed {
             if addr & 15 == 0 {
@@ -471,9 +503,7 @@ impl Live {
                     if *word & (1 << (g & 63)) != 0 {
                         *word &= !(1 << (g & 63));
                         self.starts -= 1;
-                        if !self.big.is_empty() {
-                            self.big.remove(&addr);
-                        }
+                        self.forget_big(addr);
                         return;
                     }
                 }
