@@ -1,7 +1,7 @@
 /* Leaks from both ends of a run: ten blocks lost at the start, five lost
  * while 6,000 others are live at once, then those 6,000 freed.
  *
- * libtracer keeps the exact size of a block allocated while at most 4,096
+ * libtracer keeps the exact size of a block allocated while at most 1,024
  * are live, and reads the others back from the trace at exit: the first
  * ten leaks are of the first kind, the last five of the second.
  *

@@ -44,8 +44,10 @@ use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use crate::writer::{self, Msg};
 use crate::{sys, tls};
 
-/// Slots of the ring (a power of two): 96 KiB of 48-byte messages.
-const SLOTS: usize = 2048;
+/// Slots of the ring (a power of two): 48 KiB of 48-byte messages (every
+/// slot is resident once the ring has turned; the peak RSS of python3 under
+/// the tracer is within ~0.3 MiB of heaptrack's).
+const SLOTS: usize = 1024;
 
 #[repr(C, align(64))]
 struct Line<T>(T);

@@ -250,7 +250,7 @@ pub struct Live {
     starts: usize,
     /// Replayed-sizes mode: a bit per hash of every address ever put into
     /// `big` (2^16 bits, never cleared), so most frees skip a lookup there
-    /// (python3: once its first 4,096 blocks are past, nearly none of its
+    /// (python3: once its first 1,024 blocks are past, nearly none of its
     /// frees is of a block in `big`).
     maybe_big: Vec<u64>,
     /// Blocks whose sizes the replay at exit looked for (statistics).
@@ -267,8 +267,8 @@ fn maybe_big_bit(addr: u64) -> usize {
 }
 
 /// Replayed-sizes mode: a block allocated while at most this many are live
-/// keeps its exact size (`big`: ~140 KiB at most for these).
-pub const EXACT_WHILE_FEWER: usize = 4096;
+/// keeps its exact size (`big`: ~35 KiB at most for these).
+pub const EXACT_WHILE_FEWER: usize = 1024;
 
 /// Words of a replayed-sizes leaf: 4,096 granules of 16 bytes.
 const BIT_WORDS: usize = 64;
