@@ -925,8 +925,8 @@ pub struct Classifier<'a> {
     hi: u64,
 }
 
-/// Regions of 2^12 bytes.
-const REGION_SHIFT: u32 = 12;
+/// Regions of 2^16 bytes.
+const REGION_SHIFT: u32 = 16;
 
 /// One region's blocks: the first block overlapping it, and how many do.
 #[derive(Clone, Copy)]
