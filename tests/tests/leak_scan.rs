@@ -126,11 +126,13 @@ fn sizes_replayed(bin: &Path) -> u64 {
 
 /// Ten blocks lost at the start (exact sizes kept: few blocks live then),
 /// five lost while 6,000 blocks are live (sizes read back from the trace at
-/// exit): valgrind's classes and bytes, exactly, both ways. A small program
-/// needs no replay at all.
+/// exit): valgrind's classes and bytes, exactly, both ways. The last lost
+/// block lies below glibc's top chunk, whose address (held by the arena in
+/// libc's data) falls inside its requested bytes: still definitely lost. A
+/// small program needs no replay at all.
 #[test]
 fn leaks_from_the_start_and_from_a_crowded_heap_keep_their_sizes() {
-    check_equal("survivors", &[classes((494, 15), (0, 0), (0, 0), (0, 0))]);
+    check_equal("survivors", &[classes((390, 15), (0, 0), (0, 0), (0, 0))]);
     let late = sizes_replayed(&example("leaks/survivors"));
     assert!((5..=64).contains(&late), "sizes replayed: {late}");
     assert_eq!(sizes_replayed(&example("leaks/direct")), 0);

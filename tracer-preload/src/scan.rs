@@ -912,6 +912,8 @@ const BATCH: usize = 512;
 /// The classification state over a sorted block array.
 pub struct Classifier<'a> {
     blocks: &'a [(u64, u64)],
+    /// The C library's writable data ([`Classifier::set_allocator_data`]).
+    allocator_data: Vec<(u64, u64)>,
     /// The block of the last successful lookup (0 when there is none).
     last: usize,
     /// The blocks by 64 KiB region (see [`Regions`]).
@@ -1038,6 +1040,7 @@ impl<'a> Classifier<'a> {
             .unwrap_or(0);
         Classifier {
             blocks,
+            allocator_data: Vec::new(),
             last: 0,
             regions: Regions::new(blocks),
             state: vec![UNREACHED; blocks.len()],
@@ -1243,9 +1246,48 @@ impl<'a> Classifier<'a> {
         }
         self.drain(mem, None);
         for &(start, end) in regions {
-            self.scan_range(mem, start, end, true);
+            let allocator = self
+                .allocator_data
+                .iter()
+                .any(|&(a, b)| start >= a && end <= b);
+            if allocator {
+                self.collect(mem, start, end);
+                let found = std::mem::take(&mut self.found);
+                for &w in &found {
+                    if !self.is_next_chunk(w) {
+                        self.reach(w, true);
+                    }
+                }
+                self.found = found;
+            } else {
+                self.scan_range(mem, start, end, true);
+            }
             self.drain(mem, None);
         }
+    }
+
+    /// The C library's writable data (its `malloc` arena lives there): see
+    /// [`Classifier::is_next_chunk`].
+    pub fn set_allocator_data(&mut self, ranges: Vec<(u64, u64)>) {
+        self.allocator_data = ranges;
+    }
+
+    /// Whether `w` is the address of the chunk that follows a block in
+    /// glibc's heap, inside the block's requested bytes: the arena keeps
+    /// such addresses (its top chunk, its bins' free chunks), and a block's
+    /// last requested bytes overlap the next chunk's header when its size is
+    /// 1 to 8 more than a multiple of 16 (the chunk is the request plus 8,
+    /// rounded up to 16, at least 32; the block starts 16 bytes into it).
+    /// Read from the arena, such a word is not a pointer into the block:
+    /// valgrind, which replaces the allocator, never sees it.
+    fn is_next_chunk(&mut self, w: u64) -> bool {
+        let Some(i) = self.find(w) else { return false };
+        let (a, s) = self.blocks[i];
+        if w == a || s >= EXACT_FROM {
+            return false;
+        }
+        let chunk = ((s + 8 + 15) & !15).max(32);
+        w == a + chunk - 16
     }
 
     /// Groups the unreached blocks into cliques; returns every block's class.
@@ -1726,6 +1768,12 @@ pub fn run(live: &mut Live, at: &ExitPoint) -> (Vec<(u64, LeakKind)>, Stats) {
         let now = parse_maps(&std::fs::read_to_string("/proc/self/maps").unwrap_or_default());
         mem.fast = fast_mappings(&now);
     }
+    classifier.set_allocator_data(
+        maps.iter()
+            .filter(|m| m.write && is_libc(&m.path))
+            .map(|m| (m.start, m.end))
+            .collect(),
+    );
     classifier.mark_roots(&mut mem, &regions, &at.regs);
     let kinds = classifier.finish(&mut mem);
     if fast {
@@ -1746,6 +1794,13 @@ pub fn run(live: &mut Live, at: &ExitPoint) -> (Vec<(u64, LeakKind)>, Stats) {
 
 /// `TRACER_SCAN_DEBUG` (private): one stderr line per root word that points
 /// into a block, with the mapping it was found in.
+/// Whether a mapping's file is the C library (`libc.so.6`, or a versioned
+/// `libc-2.xx.so`).
+fn is_libc(path: &str) -> bool {
+    let name = path.rsplit('/').next().unwrap_or("");
+    name.starts_with("libc.so") || (name.starts_with("libc-") && name.ends_with(".so"))
+}
+
 fn explain_roots(regions: &[(u64, u64)], maps: &[Mapping], c: &Classifier, mem: &mut dyn Memory) {
     let mut buf = [0u8; 8];
     for &(a, b) in regions {
