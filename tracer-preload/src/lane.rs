@@ -217,7 +217,7 @@ fn push(msg: Msg) -> Option<Msg> {
 #[inline(never)]
 fn wait_for_room(head: u64, seen: &mut u64) -> bool {
     sys::keep_errno(|| {
-        let mut spins = 0u32;
+        let mut wait = writer::RoomWait::default();
         loop {
             *seen = LANE.tail.0.load(Ordering::Acquire);
             if head - *seen < SLOTS as u64 {
@@ -226,17 +226,7 @@ fn wait_for_room(head: u64, seen: &mut u64) -> bool {
             if !crate::lifecycle::accepting() {
                 return false;
             }
-            if spins == 0 {
-                writer::wake();
-            }
-            spins += 1;
-            if spins < 64 {
-                core::hint::spin_loop();
-            } else if spins < 256 {
-                std::thread::yield_now();
-            } else {
-                sys::sleep_us(50);
-            }
+            wait.pause();
         }
     })
 }

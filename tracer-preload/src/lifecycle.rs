@@ -186,7 +186,7 @@ fn send(msg: Msg) -> bool {
     // SAFETY: senders are leaked boxes, never freed while the process lives.
     let tx = unsafe { &*tx };
     let mut msg = msg;
-    let mut spins = 0u32;
+    let mut wait = writer::RoomWait::default();
     loop {
         match tx.try_send(msg) {
             Ok(()) => return true,
@@ -196,17 +196,7 @@ fn send(msg: Msg) -> bool {
                     return false;
                 }
                 msg = m;
-                if spins == 0 {
-                    writer::wake();
-                }
-                spins += 1;
-                if spins < 64 {
-                    std::hint::spin_loop();
-                } else if spins < 256 {
-                    std::thread::yield_now();
-                } else {
-                    sys::sleep_us(50);
-                }
+                wait.pause();
             }
         }
     }

@@ -283,6 +283,30 @@ pub fn wake_if_sleeping() {
     }
 }
 
+/// How a producer waits for the writer to make room (a full channel,
+/// syscall ring or lane): the writer is woken once, then the producer spins
+/// briefly, yields, and sleeps in 50 us steps.
+#[derive(Default)]
+pub struct RoomWait {
+    spins: u32,
+}
+
+impl RoomWait {
+    pub fn pause(&mut self) {
+        if self.spins == 0 {
+            wake();
+        }
+        self.spins += 1;
+        if self.spins < 64 {
+            core::hint::spin_loop();
+        } else if self.spins < 256 {
+            std::thread::yield_now();
+        } else {
+            sys::sleep_us(50);
+        }
+    }
+}
+
 /// Wakes the writer if it sleeps (called when the channel is full, or to
 /// make it notice a stop request at once).
 pub fn wake() {

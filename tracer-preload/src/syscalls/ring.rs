@@ -510,7 +510,7 @@ pub struct Fixed {
 /// Waits until `need` bytes past `head` are free; false when tracing
 /// stopped meanwhile.
 fn wait_for_room(ring: &Ring, head: u64, need: u64) -> bool {
-    let mut spins = 0u32;
+    let mut wait = writer::RoomWait::default();
     loop {
         let tail = ring.tail.0.load(Ordering::Acquire);
         if CAP as u64 - (head - tail) >= need {
@@ -519,17 +519,7 @@ fn wait_for_room(ring: &Ring, head: u64, need: u64) -> bool {
         if !lifecycle::accepting() {
             return false;
         }
-        if spins == 0 {
-            writer::wake();
-        }
-        spins += 1;
-        if spins < 64 {
-            core::hint::spin_loop();
-        } else if spins < 256 {
-            std::thread::yield_now();
-        } else {
-            sys::sleep_us(50);
-        }
+        wait.pause();
     }
 }
 
