@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use format_writers::LeakKind;
 use tracer_tests::{
     dtv_bytes_for, dtv_bytes_under_valgrind, example, fresh_dir, read_scan, run_traced,
-    status_text, tracer, tracer_lib, valgrind_leaks, Cmd, LeakClasses, ScanResult,
+    status_text, tracer, tracer_lib, valgrind_leaks, Cmd, LeakClasses, ScanResult, Traced,
 };
 
 const NONE: LeakClasses = LeakClasses::new([(0, 0); 4]);
@@ -110,18 +110,39 @@ fn direct_leak_is_definite() {
     check_equal("direct", &[classes((128, 2), (0, 0), (0, 0), (0, 0))]);
 }
 
-/// The "sizes replayed" count of a run's scan statistics line.
-fn sizes_replayed(bin: &Path) -> u64 {
-    let traced = run_traced(&Cmd::new(bin), &[("TRACER_SCAN_STATS", "1")]);
-    assert!(traced.output.status.success(), "{}", traced.stderr());
-    traced
+/// Runs `cmd` under libtracer with the scan's statistics line
+/// (`TRACER_SCAN_STATS`); the run must succeed and its scan classify every
+/// block live at the scan exactly once. Returns the run, its scan read back
+/// and the statistics line (without its `libtracer: leak scan: ` prefix).
+fn scan_with_stats(cmd: &Cmd) -> (Traced, ScanResult, String) {
+    let traced = run_traced(cmd, &[("TRACER_SCAN_STATS", "1")]);
+    assert!(
+        traced.output.status.success(),
+        "{}; stderr: {}",
+        status_text(&traced.output.status),
+        traced.stderr()
+    );
+    let stats = traced
         .stderr()
         .lines()
         .find_map(|l| l.strip_prefix("libtracer: leak scan: "))
-        .and_then(|l| l.split(", ").nth(1))
+        .map(str::to_string)
+        .unwrap_or_else(|| panic!("no scan statistics line: {}", traced.stderr()));
+    let s = read_scan(&traced.files[0]).unwrap_or_else(|e| panic!("{e}"));
+    assert!(s.scanned);
+    assert_eq!((s.unclassified, s.stray), (0, 0));
+    (traced, s, stats)
+}
+
+/// The "sizes replayed" count of a run's scan statistics line.
+fn sizes_replayed(bin: &Path) -> u64 {
+    let (_, _, stats) = scan_with_stats(&Cmd::new(bin));
+    stats
+        .split(", ")
+        .nth(1)
         .and_then(|f| f.strip_suffix(" sizes replayed"))
         .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no scan statistics: {}", traced.stderr()))
+        .unwrap_or_else(|| panic!("no replayed sizes in: {stats}"))
 }
 
 /// Ten blocks lost at the start (exact sizes kept: few blocks live then),
@@ -277,18 +298,7 @@ fn python3() -> &'static str {
 /// Runs python3 with `code` under libtracer with the scan's statistics line;
 /// returns the scan read back and that line.
 fn python_scan(code: &str) -> (ScanResult, String) {
-    let cmd = Cmd::new(python3()).arg("-c").arg(code);
-    let traced = run_traced(&cmd, &[("TRACER_SCAN_STATS", "1")]);
-    assert!(traced.output.status.success(), "{}", traced.stderr());
-    let stats = traced
-        .stderr()
-        .lines()
-        .find(|l| l.starts_with("libtracer: leak scan:"))
-        .map(str::to_string)
-        .unwrap_or_else(|| panic!("no scan statistics line: {}", traced.stderr()));
-    let s = read_scan(&traced.files[0]).unwrap_or_else(|e| panic!("{e}"));
-    assert!(s.scanned);
-    assert_eq!((s.unclassified, s.stray), (0, 0));
+    let (_, s, stats) = scan_with_stats(&Cmd::new(python3()).arg("-c").arg(code));
     (s, stats)
 }
 
@@ -334,26 +344,13 @@ fn a_signal_handler_unmapping_memory_at_exit_waits_for_the_scan() {
     // the example). Without the hold this run dies of SIGSEGV every time.
     let bin = example("scan/exit_signal");
     for _ in 0..3 {
-        let traced = run_traced(&Cmd::new(&bin), &[("TRACER_SCAN_STATS", "1")]);
-        assert!(
-            traced.output.status.success(),
-            "{}; stderr: {}",
-            status_text(&traced.output.status),
-            traced.stderr()
-        );
+        let (traced, s, stats) = scan_with_stats(&Cmd::new(&bin));
         assert_eq!(
             String::from_utf8_lossy(&traced.output.stdout),
             "main done\n"
         );
         // The direct path was the one taken (else this test proves nothing).
-        assert!(
-            traced.stderr().contains("blocks copied directly"),
-            "{}",
-            traced.stderr()
-        );
-        let s = read_scan(&traced.files[0]).unwrap_or_else(|e| panic!("{e}"));
-        assert!(s.scanned);
-        assert_eq!((s.unclassified, s.stray), (0, 0));
+        assert!(stats.ends_with("blocks copied directly"), "{stats}");
         assert_small_blocks_reachable(&s);
         // A large block freed by a tick that came before the exit began
         // (a loaded machine) is no longer live; every other one is reached
@@ -386,19 +383,7 @@ fn with_another_thread_alive_the_exit_scan_reads_through_the_kernel() {
     // held, the timer's handler may run on either thread and unmap blocks
     // during the scan, and the kernel's reads fail harmlessly on them.
     let bin = example("scan/exit_signal");
-    let traced = run_traced(&Cmd::new(&bin).arg("thread"), &[("TRACER_SCAN_STATS", "1")]);
-    assert!(
-        traced.output.status.success(),
-        "{}; stderr: {}",
-        status_text(&traced.output.status),
-        traced.stderr()
-    );
-    assert!(
-        traced.stderr().contains("blocks read through the kernel"),
-        "{}",
-        traced.stderr()
-    );
-    let s = read_scan(&traced.files[0]).unwrap_or_else(|e| panic!("{e}"));
-    assert!(s.scanned);
+    let (_, s, stats) = scan_with_stats(&Cmd::new(&bin).arg("thread"));
+    assert!(stats.ends_with("blocks read through the kernel"), "{stats}");
     assert_small_blocks_reachable(&s);
 }

@@ -1169,13 +1169,7 @@ mod tests {
     /// the memoized walk gives exactly the reference walk's frames.
     #[test]
     fn memo_walk_equals_reference_walk_on_random_stacks() {
-        let mut seed = 0x2545_f491_4f6c_dd1du64;
-        let mut rand = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        let mut rand = crate::testing::xorshift(0x2545_f491_4f6c_dd1du64);
         const WORDS: usize = 96;
         let rule_of = |ip: u64| -> Rule {
             // A fixed rule per address (as for real code): the outermost
@@ -1239,7 +1233,9 @@ mod tests {
                     // From the guard below to the guard above, unaligned
                     // now and then.
                     0 | 1 => {
-                        lo - 64 + 8 * (rand() % (WORDS as u64 + 16)) + 4 * (rand() % 8 == 0) as u64
+                        lo - 64
+                            + 8 * (rand() % (WORDS as u64 + 16))
+                            + 4 * rand().is_multiple_of(8) as u64
                     }
                     _ => 0x40_0000 + 16 * (rand() % 24),
                 };
@@ -1299,13 +1295,7 @@ mod tests {
     /// never overwritten.
     #[test]
     fn memo_walk_equals_reference_walk_on_deep_chains() {
-        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-        let mut rand = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        let mut rand = crate::testing::xorshift(0x9e37_79b9_7f4a_7c15u64);
         let rule_of = |ip: u64| -> Rule {
             if ip == 0x50_0000 {
                 Rule::End
@@ -1337,7 +1327,7 @@ mod tests {
                 // address into its caller, from 12 addresses (repeating
                 // at other depths); now and then the outermost frame's.
                 let next = lo + 16 * (k as u64 + 1);
-                let ra = if round % 5 == 0 && rand() % 64 == 0 {
+                let ra = if round % 5 == 0 && rand().is_multiple_of(64) {
                     0x50_0000
                 } else {
                     0x40_0000 + 16 * (rand() % 12)

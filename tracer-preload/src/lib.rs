@@ -51,6 +51,8 @@ mod signals;
 mod sys;
 #[cfg_attr(test, allow(dead_code))]
 mod syscalls;
+#[cfg(test)]
+mod testing;
 mod tls;
 mod unwind;
 mod writer;

@@ -914,8 +914,6 @@ pub struct Classifier<'a> {
     blocks: &'a [(u64, u64)],
     /// The C library's writable data ([`Classifier::set_allocator_data`]).
     allocator_data: Vec<(u64, u64)>,
-    /// The block of the last successful lookup (0 when there is none).
-    last: usize,
     /// The blocks by 64 KiB region (see [`Regions`]).
     regions: Regions,
     state: Vec<u8>,
@@ -1041,7 +1039,6 @@ impl<'a> Classifier<'a> {
         Classifier {
             blocks,
             allocator_data: Vec::new(),
-            last: 0,
             regions: Regions::new(blocks),
             state: vec![UNREACHED; blocks.len()],
             // Each block is pushed at most twice while marking from the roots
@@ -1074,22 +1071,12 @@ impl<'a> Classifier<'a> {
 
     /// The block `w` points into, if any.
     #[inline]
-    fn find(&mut self, w: u64) -> Option<usize> {
+    fn find(&self, w: u64) -> Option<usize> {
         if w < self.lo || w >= self.hi {
             return None;
         }
-        // Neighbouring words often point into the same block (a structure's
-        // fields, an arena's objects pointing at each other).
-        let (a, s) = self.blocks[self.last];
-        if w.wrapping_sub(a) < s || w == a {
-            return Some(self.last);
-        }
-        let i = self.find_far(w)?;
-        self.last = i;
-        Some(i)
-    }
-
-    fn find_far(&self, w: u64) -> Option<usize> {
+        // The blocks overlapping w's region (all of them when the table
+        // was not built), searched alone.
         let (first, n) = self
             .regions
             .get(w >> REGION_SHIFT)
@@ -1296,7 +1283,7 @@ impl<'a> Classifier<'a> {
     /// rounded up to 16, at least 32; the block starts 16 bytes into it).
     /// Read from the arena, such a word is not a pointer into the block:
     /// valgrind, which replaces the allocator, never sees it.
-    fn is_next_chunk(&mut self, w: u64) -> bool {
+    fn is_next_chunk(&self, w: u64) -> bool {
         let Some(i) = self.find(w) else { return false };
         let (a, s) = self.blocks[i];
         if w == a || s >= EXACT_FROM {
@@ -1824,7 +1811,7 @@ fn explain_roots(regions: &[(u64, u64)], maps: &[Mapping], c: &Classifier, mem: 
         while q < b {
             if mem.read(q, &mut buf) == 8 {
                 let w = u64::from_le_bytes(buf);
-                if let Some(i) = (w >= c.lo && w < c.hi).then(|| c.find_far(w)).flatten() {
+                if let Some(i) = c.find(w) {
                     let path = maps
                         .iter()
                         .find(|m| q >= m.start && q < m.end)
@@ -1852,13 +1839,7 @@ mod tests {
     /// between blocks.
     #[test]
     fn region_lookup_finds_what_the_whole_list_finds() {
-        let mut seed = 0x2545_f491_4f6c_dd1du64;
-        let mut next = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        let mut next = crate::testing::xorshift(0x2545_f491_4f6c_dd1du64);
         for round in 0..20 {
             let mut blocks = Vec::new();
             let mut at = 0x5555_0000_0000u64 + (next() % 4096) * 16;
@@ -1876,7 +1857,7 @@ mod tests {
                 };
                 at = (at + size.max(1) + gap + 15) & !15;
             }
-            let mut c = Classifier::new(&blocks);
+            let c = Classifier::new(&blocks);
             assert!(!c.regions.slots.is_empty(), "table built");
             let (lo, hi) = (c.lo, c.hi);
             let whole = |w: u64| -> Option<usize> {
