@@ -1166,6 +1166,91 @@ fn a_caller_provided_spool_gives_the_same_file() {
     assert_eq!(out, write_all(&all));
 }
 
+/// The output and spool of the copier test, shared with the copier.
+#[derive(Clone, Default)]
+struct Shared<T>(std::sync::Arc<std::sync::Mutex<T>>);
+
+impl std::io::Write for Shared<Vec<u8>> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl std::io::Write for Shared<std::io::Cursor<Vec<u8>>> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().write(buf)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl std::io::Read for Shared<std::io::Cursor<Vec<u8>>> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().read(buf)
+    }
+}
+
+impl std::io::Seek for Shared<std::io::Cursor<Vec<u8>>> {
+    fn seek(&mut self, pos: std::io::SeekFrom) -> std::io::Result<u64> {
+        self.0.lock().unwrap().seek(pos)
+    }
+}
+
+/// A spool copier (the preload's `copy_file_range`) that copies part of a
+/// range, stops, or fails: the file is the same, and what the copier did
+/// not copy went through the buffer. The output is buffered, so the copy
+/// also checks that `finish` flushed the header and metadata before it.
+#[test]
+fn a_spool_copier_that_copies_part_gives_the_same_file() {
+    use std::io::Write as _;
+    let mut all = Vec::new();
+    for k in 0..4u64 {
+        all.extend(sample_records(if k % 2 == 1 { 80_000 } else { 50 }, k));
+    }
+    for mode in 0..3u32 {
+        let out = Shared::<Vec<u8>>::default();
+        let spool = Shared::<std::io::Cursor<Vec<u8>>>::default();
+        let buffered = std::io::BufWriter::with_capacity(1 << 16, out.clone());
+        let mut w = Writer::with_spool(buffered, spool.clone(), None).unwrap();
+        let (to, from) = (out.clone(), spool.clone());
+        let calls = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let seen = calls.clone();
+        w.set_spool_copier(Box::new(move |off, len| {
+            let call = seen.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            match (mode, call % 3) {
+                (1, 2) => return Ok(0),
+                (2, 2) => return Err(std::io::Error::other("no kernel copy")),
+                _ => {}
+            }
+            let n = len.min(7_000);
+            let src = from.0.lock().unwrap();
+            let bytes = &src.get_ref()[off as usize..(off + n) as usize];
+            to.0.lock().unwrap().write_all(bytes)?;
+            Ok(n)
+        }));
+        for (i, r) in all.iter().enumerate() {
+            w.write(r).unwrap();
+            if i % 1000 == 0 {
+                w.flush().unwrap();
+            }
+        }
+        w.finish().unwrap();
+        assert!(calls.load(std::sync::atomic::Ordering::Relaxed) > 10);
+        let (got, want) = (out.0.lock().unwrap().clone(), write_all(&all));
+        assert!(
+            got == want,
+            "mode {mode}: {} bytes, {} expected",
+            got.len(),
+            want.len()
+        );
+    }
+}
+
 /// A spooling writer keeps no tables during the run and rebuilds them from
 /// the spool's log at `finish`: every kind of fact must come back exactly,
 /// in both orders that matter (a stack set again keeps only its last frames;

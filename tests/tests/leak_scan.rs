@@ -140,8 +140,8 @@ fn sizes_replayed(bin: &Path) -> u64 {
     stats
         .split(", ")
         .nth(1)
-        .and_then(|f| f.strip_suffix(" sizes replayed"))
-        .and_then(|n| n.parse().ok())
+        .and_then(|f| f.split_once(" sizes replayed in "))
+        .and_then(|(n, _)| n.parse().ok())
         .unwrap_or_else(|| panic!("no replayed sizes in: {stats}"))
 }
 

@@ -512,7 +512,12 @@ fn create_mlyze(wanted: &str) -> std::io::Result<Created> {
     };
     let sink = BufWriter::with_capacity(64 * 1024, fds::FdSink::new(out_slot));
     match mlyze::Writer::with_spool(sink, fds::FdFile::new(spool_slot), Some(spool_path)) {
-        Ok(w) => Ok((path, vec![out_slot, spool_slot], Box::new(w))),
+        Ok(mut w) => {
+            w.set_spool_copier(Box::new(move |off, len| {
+                fds::copy_range(spool_slot, out_slot, off, len).map(|n| n as u64)
+            }));
+            Ok((path, vec![out_slot, spool_slot], Box::new(w)))
+        }
         Err(e) => {
             fds::release(out_slot);
             fds::release(spool_slot);

@@ -660,17 +660,74 @@ impl Live {
         }
         self.replayed_blocks = v.len();
         let mut sizes = vec![UNKNOWN; v.len()];
+        // Every allocation of the trace is looked up: by hash, not by a
+        // binary search (~16 dependent loads for git's 40,000 survivors,
+        // most of its ~1M allocations at addresses reused by them).
+        let index = StartIndex::new(&v);
         let ok = replay(&mut |a, s| {
-            if let Ok(i) = v.binary_search_by_key(&a, |e| e.0) {
+            if let Some(i) = index.find(a) {
                 sizes[i] = s;
             }
         });
+        drop(index);
         if ok {
             for (e, s) in v.iter_mut().zip(sizes) {
                 e.1 = s;
             }
         }
         self.resolved = Some(v);
+    }
+}
+
+/// The positions of distinct block starts by address: open addressing
+/// with linear probing, at most half full (8 bytes per start at most).
+struct StartIndex<'a> {
+    v: &'a [(u64, u64)],
+    slots: Vec<u32>,
+    shift: u32,
+}
+
+impl<'a> StartIndex<'a> {
+    const EMPTY: u32 = u32::MAX;
+
+    /// `v` holds distinct addresses, fewer than `u32::MAX`.
+    fn new(v: &'a [(u64, u64)]) -> Self {
+        let want = (v.len() * 2).next_power_of_two().max(64);
+        let mut ix = StartIndex {
+            v,
+            slots: vec![Self::EMPTY; want],
+            shift: 64 - want.trailing_zeros(),
+        };
+        let mask = want - 1;
+        for (i, &(a, _)) in v.iter().enumerate() {
+            let mut h = ix.slot(a);
+            while ix.slots[h] != Self::EMPTY {
+                h = (h + 1) & mask;
+            }
+            ix.slots[h] = i as u32;
+        }
+        ix
+    }
+
+    #[inline]
+    fn slot(&self, a: u64) -> usize {
+        ((a >> 4).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> self.shift) as usize
+    }
+
+    #[inline]
+    fn find(&self, a: u64) -> Option<usize> {
+        let mask = self.slots.len() - 1;
+        let mut h = self.slot(a);
+        loop {
+            let i = self.slots[h];
+            if i == Self::EMPTY {
+                return None;
+            }
+            if self.v[i as usize].0 == a {
+                return Some(i as usize);
+            }
+            h = (h + 1) & mask;
+        }
     }
 }
 
@@ -1984,6 +2041,29 @@ mod tests {
         set_exact_sizes();
         live.alloc(0x2010, 100);
         assert_eq!(live.take_sorted(&mut mem), vec![(0x2010, 100)]);
+    }
+
+    /// The replay's index finds every start it was built from, where it
+    /// is, and no other address.
+    #[test]
+    fn start_index_finds_exactly_its_starts() {
+        let mut next = crate::testing::xorshift(0x5eed_f117);
+        for n in [0usize, 1, 7, 300, 40_000] {
+            let mut v: Vec<(u64, u64)> = (0..n)
+                .map(|_| (0x5555_0000_0000 + (next() % (1 << 24)) * 16, UNKNOWN))
+                .collect();
+            v.sort_unstable();
+            v.dedup();
+            let ix = StartIndex::new(&v);
+            assert!(ix.slots.len() >= 2 * v.len());
+            for (i, &(a, _)) in v.iter().enumerate() {
+                assert_eq!(ix.find(a), Some(i));
+            }
+            for _ in 0..100_000 {
+                let a = 0x5555_0000_0000 + (next() % (1 << 24)) * 16;
+                assert_eq!(ix.find(a), v.binary_search_by_key(&a, |e| e.0).ok());
+            }
+        }
     }
 
     /// The replayed-sizes mode against the same kind of model: the table

@@ -604,6 +604,7 @@ impl State {
     /// Classifies the blocks live now (see `scan`) and writes the classes.
     fn leak_scan(&mut self, at: &scan::ExitPoint, ctl: &Control) {
         ctl.progress.fetch_add(1, Ordering::Relaxed);
+        let replay_start = sys::now_ns();
         if self.live.replayed_sizes() {
             let out = self
                 .outputs
@@ -615,13 +616,15 @@ impl State {
             });
             ctl.progress.fetch_add(1, Ordering::Relaxed);
         }
+        let replay_us = sys::now_ns().saturating_sub(replay_start) / 1000;
         let (classes, stats) = scan::run(&mut self.live, at);
         ctl.progress.fetch_add(1, Ordering::Relaxed);
         if std::env::var_os("TRACER_SCAN_STATS").is_some() {
             sys::stderr_line(&format!(
-                "leak scan: {} blocks, {} sizes replayed, {} root bytes, {} us, blocks {}",
+                "leak scan: {} blocks, {} sizes replayed in {} us, {} root bytes, {} us, blocks {}",
                 stats.blocks,
                 self.live.replayed_blocks(),
+                replay_us,
                 stats.root_bytes,
                 stats.nanos / 1000,
                 if stats.direct {

@@ -709,8 +709,15 @@ impl SpoolStore {
 }
 
 /// The spool side file of a file-backed writer.
+/// Copies `len` bytes of the spool from offset `off` to the output at its
+/// current end, in the kernel (`copy_file_range`); returns how many it
+/// copied. 0 or an error where it cannot: the rest goes through a buffer.
+pub type SpoolCopier = Box<dyn FnMut(u64, u64) -> io::Result<u64> + Send>;
+
 struct SpoolFile {
     file: SpoolStore,
+    /// The kernel copy of event chunks at `finish` (see [`SpoolCopier`]).
+    copier: Option<SpoolCopier>,
     /// Deleted after a successful `finish`, when known.
     path: Option<PathBuf>,
     /// Bytes written so far.
@@ -977,9 +984,26 @@ impl<W: Write> Writer<W> {
         out.write_all(&header(t.header_start_us(), meta_len))?;
         t.write_metadata_from(out, &mut from)?;
         if let Some(sp) = spool {
-            match &mut sp.file {
-                SpoolStore::File(f) => copy_ranges(f, &sp.event_ranges, out)?,
-                SpoolStore::Other(o) => copy_ranges(o.as_mut(), &sp.event_ranges, out)?,
+            match (&mut sp.file, sp.copier.as_mut()) {
+                (SpoolStore::File(f), _) => copy_ranges(f, &sp.event_ranges, out)?,
+                (SpoolStore::Other(o), None) => copy_ranges(o.as_mut(), &sp.event_ranges, out)?,
+                (SpoolStore::Other(o), Some(c)) => {
+                    out.flush()?;
+                    for &(off, len) in &sp.event_ranges {
+                        let mut done = 0;
+                        while done < len {
+                            match c(off + done, len - done) {
+                                Ok(n) if n > 0 && n <= len - done => done += n,
+                                _ => break,
+                            }
+                        }
+                        if done < len {
+                            copy_ranges(o.as_mut(), &[(off + done, len - done)], out)?;
+                            // The next copy appends behind these bytes.
+                            out.flush()?;
+                        }
+                    }
+                }
             }
         }
         out.write_all(events)?;
@@ -1123,11 +1147,22 @@ impl<W: Write> Writer<W> {
         self.events = Vec::with_capacity(SPILL_AT + super::MAX_EVENT);
         self.spool = Some(SpoolFile {
             file: store,
+            copier: None,
             path,
             len: spool::SPOOL_HEADER_LEN as u64,
             event_ranges: Vec::new(),
         });
         Ok(())
+    }
+
+    /// Has `finish` copy the spooled events with `copier` (a spool given to
+    /// [`Writer::with_spool`]; a plain file's copy is the kernel's already).
+    /// The output is flushed before the first copy, so that the copier's
+    /// bytes land after everything written so far.
+    pub fn set_spool_copier(&mut self, copier: SpoolCopier) {
+        if let Some(sp) = &mut self.spool {
+            sp.copier = Some(copier);
+        }
     }
 
     /// Path of the spool file, while the writer is open (when known).
