@@ -1,12 +1,13 @@
 /* Leaks from both ends of a run: ten blocks lost at the start, five lost
- * while 6,000 others are live at once, then those 6,000 freed.
+ * while 10,000 others are live at once, then those 10,000 freed.
  *
- * libtracer keeps the exact size of a block allocated while at most 1,024
- * are live, and reads the others back from the trace at exit: the first
- * ten leaks are of the first kind, the last five of the second.
+ * libtracer keeps the exact size of a block allocated while fewer than
+ * 8,192 blocks keep theirs, and reads the others back from the trace at
+ * exit: the first ten leaks are of the first kind, the last five of the
+ * second.
  *
  * The last lost block (37 bytes, a 48-byte chunk) ends up just below
- * glibc's top chunk once the 6,000 are freed, and the top chunk starts 32
+ * glibc's top chunk once the 10,000 are freed, and the top chunk starts 32
  * bytes into it: the arena in libc's data holds that address. valgrind,
  * which replaces the allocator, has no such pointer; libtracer's scan does
  * not take it for a pointer into the block.
@@ -15,12 +16,12 @@
  * sizes 17..26 first (215 bytes), 33..37 later (175).
  *   definitely lost: 390 bytes in 15 blocks
  *   indirectly lost, possibly lost, still reachable: 0
- *   total heap usage: 6,015 allocs, 6,000 frees
+ *   total heap usage: 10,015 allocs, 10,000 frees
  * Nothing else is allocated (output goes through write(2), see ../out.h). */
 #include <stdlib.h>
 #include "../out.h"
 
-#define MANY 6000
+#define MANY 10000
 
 void *volatile sink;
 static void *many[MANY];

@@ -146,7 +146,7 @@ fn sizes_replayed(bin: &Path) -> u64 {
 }
 
 /// Ten blocks lost at the start (exact sizes kept: few blocks live then),
-/// five lost while 6,000 blocks are live (sizes read back from the trace at
+/// five lost while 10,000 blocks are live (sizes read back from the trace at
 /// exit): valgrind's classes and bytes, exactly, both ways. The last lost
 /// block lies below glibc's top chunk, whose address (held by the arena in
 /// libc's data) falls inside its requested bytes: still definitely lost. A

@@ -223,11 +223,12 @@ pub fn take_request() -> Option<ExitPoint> {
 /// the size (1 bit per 16 bytes of heap: python3's 300k dict, 0.27 MiB
 /// instead of 1.1). At exit the sizes of the blocks still live come from
 /// the trace itself, replayed once ([`Live::resolve_replayed`]). `big` and
-/// `spill` work as above. While at most [`EXACT_WHILE_FEWER`] blocks are
-/// live, a new block keeps its exact size in `big` too: most programs free
+/// `spill` work as above. While `big` holds fewer than [`EXACT_ROOM`]
+/// blocks, a new block keeps its exact size there too: most programs free
 /// nearly everything before they exit, and the few survivors then mostly
-/// come from the start, so the replay of the whole trace (~15 ns an event)
-/// is left out when every survivor has its size.
+/// come from the start (python3's from its first 10,500 allocations, when
+/// 6,600 blocks are live), so the replay of the whole trace (~10-15 ns an
+/// event) is left out when every survivor has its size.
 #[derive(Default)]
 pub struct Live {
     /// Boxed: growing the list moves pointers, not leaves (no second copy
@@ -249,26 +250,27 @@ pub struct Live {
     /// Block starts in `bits` (replayed-sizes mode).
     starts: usize,
     /// Replayed-sizes mode: a bit per hash of every address ever put into
-    /// `big` (2^16 bits, never cleared), so most frees skip a lookup there
-    /// (python3: once its first 1,024 blocks are past, nearly none of its
+    /// `big` (2^18 bits, never cleared), so most frees skip a lookup there
+    /// (python3: once `big` is full of its first blocks, nearly none of its
     /// frees is of a block in `big`).
     maybe_big: Vec<u64>,
     /// Blocks whose sizes the replay at exit looked for (statistics).
     replayed_blocks: usize,
 }
 
-/// Words of `Live::maybe_big` (2^16 bits, 8 KiB).
-const MAYBE_BIG_WORDS: usize = 1024;
+/// Words of `Live::maybe_big` (2^18 bits, 32 KiB).
+const MAYBE_BIG_WORDS: usize = 4096;
 
 /// The bit of `addr` in `Live::maybe_big`.
 #[inline]
 fn maybe_big_bit(addr: u64) -> usize {
-    ((addr >> 4).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 48) as usize
+    ((addr >> 4).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 46) as usize
 }
 
-/// Replayed-sizes mode: a block allocated while at most this many are live
-/// keeps its exact size (`big`: ~35 KiB at most for these).
-pub const EXACT_WHILE_FEWER: usize = 1024;
+/// Replayed-sizes mode: a block allocated while `big` holds fewer than
+/// this many keeps its exact size (~280 KiB for the map at most, besides
+/// the large blocks it keeps in any case).
+pub const EXACT_ROOM: usize = 8192;
 
 /// Words of a replayed-sizes leaf: 4,096 granules of 16 bytes.
 const BIT_WORDS: usize = 64;
@@ -441,7 +443,7 @@ impl Live {
             if exact
                 || size >= EXACT_FROM
                 || addr & 0xfff == 0
-                || self.starts <= EXACT_WHILE_FEWER
+                || self.big.len() < EXACT_ROOM
                 || EXACT.load(Ordering::Relaxed)
             {
                 self.big.insert(addr, size);
