@@ -1205,6 +1205,8 @@ impl std::io::Seek for Shared<std::io::Cursor<Vec<u8>>> {
 /// range, stops, or fails: the file is the same, and what the copier did
 /// not copy went through the buffer. The output is buffered, so the copy
 /// also checks that `finish` flushed the header and metadata before it.
+/// Two of the three runs also fill in the metadata's length at the end
+/// (one metadata pass) instead of measuring it first.
 #[test]
 fn a_spool_copier_that_copies_part_gives_the_same_file() {
     use std::io::Write as _;
@@ -1220,6 +1222,15 @@ fn a_spool_copier_that_copies_part_gives_the_same_file() {
         let (to, from) = (out.clone(), spool.clone());
         let calls = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
         let seen = calls.clone();
+        if mode > 0 {
+            // The header's length filled in at the end (one metadata pass).
+            let at = out.clone();
+            w.set_header_patcher(Box::new(move |off, bytes| {
+                let mut v = at.0.lock().unwrap();
+                v[off as usize..off as usize + bytes.len()].copy_from_slice(bytes);
+                Ok(())
+            }));
+        }
         w.set_spool_copier(Box::new(move |off, len| {
             let call = seen.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             match (mode, call % 3) {

@@ -516,6 +516,10 @@ fn create_mlyze(wanted: &str) -> std::io::Result<Created> {
             w.set_spool_copier(Box::new(move |off, len| {
                 fds::copy_range(spool_slot, out_slot, off, len).map(|n| n as u64)
             }));
+            // The file is new: the writer's first byte is at offset 0.
+            w.set_header_patcher(Box::new(move |off, bytes| {
+                fds::write_all_at(out_slot, off, bytes)
+            }));
             Ok((path, vec![out_slot, spool_slot], Box::new(w)))
         }
         Err(e) => {

@@ -41,7 +41,7 @@ mod writer;
 
 pub use reader::Reader;
 pub use spool::{recover, recover_to, RecoverStats};
-pub use writer::{SpoolCopier, SpoolIo, Writer};
+pub use writer::{HeaderPatcher, SpoolCopier, SpoolIo, Writer};
 
 /// Magic bytes of a finished file.
 pub const MAGIC: &[u8; 4] = b"MTRC";
@@ -179,11 +179,14 @@ pub(crate) fn decode_event(buf: &[u8]) -> Result<(RawEvent, usize), Bad> {
 }
 
 /// The 256-byte header.
+/// Where the header holds the metadata's length (u32, little-endian).
+pub(crate) const METADATA_LEN_AT: usize = 16;
+
 pub(crate) fn header(start_us: u64, metadata_len: u32) -> [u8; HEADER_LEN] {
     let mut h = [0u8; HEADER_LEN];
     h[0..4].copy_from_slice(MAGIC);
     h[4..8].copy_from_slice(&VERSION.to_le_bytes());
     h[8..16].copy_from_slice(&start_us.to_le_bytes());
-    h[16..20].copy_from_slice(&metadata_len.to_le_bytes());
+    h[METADATA_LEN_AT..METADATA_LEN_AT + 4].copy_from_slice(&metadata_len.to_le_bytes());
     h
 }

@@ -714,6 +714,35 @@ impl SpoolStore {
 /// copied. 0 or an error where it cannot: the rest goes through a buffer.
 pub type SpoolCopier = Box<dyn FnMut(u64, u64) -> io::Result<u64> + Send>;
 
+/// Writes `bytes` at `offset` of the output, counted from the writer's
+/// first byte (`pwrite` on a fresh file), after everything else was
+/// written and flushed. With one, `finish` writes the metadata once and
+/// then fills in the header's length field, instead of measuring the
+/// metadata in a pass of its own first.
+pub type HeaderPatcher = Box<dyn FnMut(u64, &[u8]) -> io::Result<()> + Send>;
+
+/// A `Write` that counts what passes through it.
+struct Counting<'a, W: Write + ?Sized> {
+    inner: &'a mut W,
+    n: u64,
+}
+
+impl<W: Write + ?Sized> Write for Counting<'_, W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let k = self.inner.write(buf)?;
+        self.n += k as u64;
+        Ok(k)
+    }
+    fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
+        self.inner.write_all(buf)?;
+        self.n += buf.len() as u64;
+        Ok(())
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
+}
+
 struct SpoolFile {
     file: SpoolStore,
     /// The kernel copy of event chunks at `finish` (see [`SpoolCopier`]).
@@ -737,6 +766,7 @@ pub struct Writer<W: Write> {
     last_us: u64,
     slots: SlotMap,
     spool: Option<SpoolFile>,
+    patcher: Option<HeaderPatcher>,
 }
 
 impl<W: Write> Writer<W> {
@@ -751,6 +781,7 @@ impl<W: Write> Writer<W> {
             last_us: 0,
             slots: SlotMap::new(),
             spool: None,
+            patcher: None,
         }
     }
 
@@ -965,6 +996,7 @@ impl<W: Write> Writer<W> {
             t,
             spool,
             events,
+            patcher,
             ..
         } = &mut self;
         let mut from = match (spool.as_mut(), &in_log) {
@@ -975,14 +1007,23 @@ impl<W: Write> Writer<W> {
             },
             _ => StackFrom::Tables,
         };
-        let meta_len = u32::try_from(t.metadata_len(&mut from)?).map_err(|_| {
+        let too_long = |_| {
             io::Error::new(
                 io::ErrorKind::InvalidData,
                 "mlyze metadata exceeds the 4 GiB its 32-bit length field can describe",
             )
-        })?;
-        out.write_all(&header(t.header_start_us(), meta_len))?;
-        t.write_metadata_from(out, &mut from)?;
+        };
+        let patch_len = if patcher.is_some() {
+            out.write_all(&header(t.header_start_us(), 0))?;
+            let mut counted = Counting { inner: out, n: 0 };
+            t.write_metadata_from(&mut counted, &mut from)?;
+            Some(u32::try_from(counted.n).map_err(too_long)?)
+        } else {
+            let meta_len = u32::try_from(t.metadata_len(&mut from)?).map_err(too_long)?;
+            out.write_all(&header(t.header_start_us(), meta_len))?;
+            t.write_metadata_from(out, &mut from)?;
+            None
+        };
         if let Some(sp) = spool {
             match (&mut sp.file, sp.copier.as_mut()) {
                 (SpoolStore::File(f), _) => copy_ranges(f, &sp.event_ranges, out)?,
@@ -1008,6 +1049,9 @@ impl<W: Write> Writer<W> {
         }
         out.write_all(events)?;
         out.flush()?;
+        if let (Some(len), Some(p)) = (patch_len, patcher.as_mut()) {
+            p(super::METADATA_LEN_AT as u64, &len.to_le_bytes())?;
+        }
         if let Some(sp) = self.spool.take() {
             drop(sp.file);
             if let Some(path) = &sp.path {
@@ -1107,7 +1151,15 @@ impl Writer<File> {
                 return Err(e);
             }
         };
+        // The header's length is filled in through a second handle: the
+        // metadata is then written in one pass.
+        let patch = out.try_clone();
         let mut w = Writer::new(out);
+        if let Ok(f) = patch {
+            w.set_header_patcher(Box::new(move |off, bytes| {
+                std::os::unix::fs::FileExt::write_all_at(&f, bytes, off)
+            }));
+        }
         if let Err(e) = w.attach_spool(SpoolStore::File(file), Some(spool_path.clone())) {
             drop(w);
             let _ = std::fs::remove_file(&final_path);
@@ -1163,6 +1215,12 @@ impl<W: Write> Writer<W> {
         if let Some(sp) = &mut self.spool {
             sp.copier = Some(copier);
         }
+    }
+
+    /// Has `finish` write the metadata in one pass and fill in its length
+    /// with `patcher` (see [`HeaderPatcher`]).
+    pub fn set_header_patcher(&mut self, patcher: HeaderPatcher) {
+        self.patcher = Some(patcher);
     }
 
     /// Path of the spool file, while the writer is open (when known).
