@@ -122,7 +122,7 @@ fn config() -> Option<&'static Config> {
 
 /// Called by a hook (inside the guard): hands `msg` to the writer, or to the
 /// early list before the writer exists. False if the tracer is not running.
-#[inline]
+#[inline(always)]
 fn deliver(msg: Msg) -> bool {
     match STATE.load(Ordering::Acquire) {
         TRACING => hand_off(msg),
