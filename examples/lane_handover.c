@@ -24,6 +24,18 @@
 
 static _Atomic(void *) shared[2][BLOCKS];
 
+/* PAIRS malloc/free pairs of base + (i % spread) bytes. */
+static void pairs(unsigned long base, unsigned long spread)
+{
+    for (unsigned long i = 0; i < PAIRS; i++) {
+        volatile char *p = malloc(base + i % spread);
+        if (!p)
+            abort();
+        p[0] = (char)i;
+        free((void *)p);
+    }
+}
+
 static void *helper(void *arg)
 {
     (void)arg;
@@ -34,15 +46,8 @@ static void *helper(void *arg)
                 ;
             free(p);
         }
-        if (round == 0) {
-            for (unsigned long i = 0; i < PAIRS; i++) {
-                volatile char *p = malloc(32 + i % 64);
-                if (!p)
-                    abort();
-                p[0] = (char)i;
-                free((void *)p);
-            }
-        }
+        if (round == 0)
+            pairs(32, 64);
     }
     return NULL;
 }
@@ -54,13 +59,7 @@ int main(void)
     pthread_t t;
     if (pthread_create(&t, NULL, helper, NULL) != 0)
         return 1;
-    for (unsigned long i = 0; i < PAIRS; i++) {
-        volatile char *p = malloc(16 + i % 100);
-        if (!p)
-            abort();
-        p[0] = (char)i;
-        free((void *)p);
-    }
+    pairs(16, 100);
     for (int i = 0; i < BLOCKS; i++)
         atomic_store(&shared[1][i], malloc(64));
     pthread_join(t, NULL);

@@ -247,8 +247,6 @@ pub struct Live {
     spill: HashMap<u64, u64, BuildMix>,
     /// The blocks with their sizes, once [`Live::resolve_replayed`] ran.
     resolved: Option<Vec<(u64, u64)>>,
-    /// Block starts in `bits` (replayed-sizes mode).
-    starts: usize,
     /// Replayed-sizes mode: a bit per hash of every address ever put into
     /// `big` (2^18 bits, never cleared), so most frees skip a lookup there
     /// (python3: once `big` is full of its first blocks, nearly none of its
@@ -435,11 +433,7 @@ impl Live {
         };
         if self.replayed {
             let g = granule(addr);
-            let word = &mut self.bits[leaf][g >> 6];
-            if *word & (1 << (g & 63)) == 0 {
-                self.starts += 1;
-            }
-            *word |= 1 << (g & 63);
+            self.bits[leaf][g >> 6] |= 1 << (g & 63);
             if exact
                 || size >= EXACT_FROM
                 || addr & 0xfff == 0
@@ -504,7 +498,6 @@ impl Live {
                     let word = &mut self.bits[leaf][g >> 6];
                     if *word & (1 << (g & 63)) != 0 {
                         *word &= !(1 << (g & 63));
-                        self.starts -= 1;
                         self.forget_big(addr);
                         return;
                     }
@@ -640,16 +633,16 @@ impl Live {
         v
     }
 
-    /// Gives the live blocks their sizes from `replay`, which calls its
-    /// argument with `(address, size)` for every allocation written, in order,
-    /// and returns whether it could (when not, or for a block it did not
-    /// name, the size is read from the chunk header at the scan: the usable
-    /// size, up to 40 bytes more than requested). Replayed-sizes mode only.
     /// How many live blocks the replay at exit had to find (0: no replay).
     pub fn replayed_blocks(&self) -> usize {
         self.replayed_blocks
     }
 
+    /// Gives the live blocks their sizes from `replay`, which calls its
+    /// argument with `(address, size)` for every allocation written, in order,
+    /// and returns whether it could (when not, or for a block it did not
+    /// name, the size is read from the chunk header at the scan: the usable
+    /// size, up to 40 bytes more than requested). Replayed-sizes mode only.
     pub fn resolve_replayed(&mut self, replay: impl FnOnce(&mut dyn FnMut(u64, u64)) -> bool) {
         if !self.replayed {
             return;
@@ -665,10 +658,12 @@ impl Live {
         // Every allocation of the trace is looked up: by hash, not by a
         // binary search (~16 dependent loads for git's 40,000 survivors,
         // most of its ~1M allocations at addresses reused by them).
-        let index = StartIndex::new(&v);
+        let mut index: HashMap<u64, u32, BuildMix> =
+            HashMap::with_capacity_and_hasher(v.len(), BuildMix);
+        index.extend(v.iter().enumerate().map(|(i, e)| (e.0, i as u32)));
         let ok = replay(&mut |a, s| {
-            if let Some(i) = index.find(a) {
-                sizes[i] = s;
+            if let Some(&i) = index.get(&a) {
+                sizes[i as usize] = s;
             }
         });
         drop(index);
@@ -678,58 +673,6 @@ impl Live {
             }
         }
         self.resolved = Some(v);
-    }
-}
-
-/// The positions of distinct block starts by address: open addressing
-/// with linear probing, at most half full (8 bytes per start at most).
-struct StartIndex<'a> {
-    v: &'a [(u64, u64)],
-    slots: Vec<u32>,
-    shift: u32,
-}
-
-impl<'a> StartIndex<'a> {
-    const EMPTY: u32 = u32::MAX;
-
-    /// `v` holds distinct addresses, fewer than `u32::MAX`.
-    fn new(v: &'a [(u64, u64)]) -> Self {
-        let want = (v.len() * 2).next_power_of_two().max(64);
-        let mut ix = StartIndex {
-            v,
-            slots: vec![Self::EMPTY; want],
-            shift: 64 - want.trailing_zeros(),
-        };
-        let mask = want - 1;
-        for (i, &(a, _)) in v.iter().enumerate() {
-            let mut h = ix.slot(a);
-            while ix.slots[h] != Self::EMPTY {
-                h = (h + 1) & mask;
-            }
-            ix.slots[h] = i as u32;
-        }
-        ix
-    }
-
-    #[inline]
-    fn slot(&self, a: u64) -> usize {
-        ((a >> 4).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> self.shift) as usize
-    }
-
-    #[inline]
-    fn find(&self, a: u64) -> Option<usize> {
-        let mask = self.slots.len() - 1;
-        let mut h = self.slot(a);
-        loop {
-            let i = self.slots[h];
-            if i == Self::EMPTY {
-                return None;
-            }
-            if self.v[i as usize].0 == a {
-                return Some(i as usize);
-            }
-            h = (h + 1) & mask;
-        }
     }
 }
 
@@ -1854,8 +1797,6 @@ pub fn run(live: &mut Live, at: &ExitPoint) -> (Vec<(u64, LeakKind)>, Stats) {
     (out, stats)
 }
 
-/// `TRACER_SCAN_DEBUG` (private): one stderr line per root word that points
-/// into a block, with the mapping it was found in.
 /// Whether a mapping's file is the C library (`libc.so.6`, or a versioned
 /// `libc-2.xx.so`).
 fn is_libc(path: &str) -> bool {
@@ -1863,6 +1804,8 @@ fn is_libc(path: &str) -> bool {
     name.starts_with("libc.so") || (name.starts_with("libc-") && name.ends_with(".so"))
 }
 
+/// `TRACER_SCAN_DEBUG` (private): one stderr line per root word that points
+/// into a block, with the mapping it was found in.
 fn explain_roots(regions: &[(u64, u64)], maps: &[Mapping], c: &Classifier, mem: &mut dyn Memory) {
     let mut buf = [0u8; 8];
     for &(a, b) in regions {
@@ -2043,29 +1986,6 @@ mod tests {
         set_exact_sizes();
         live.alloc(0x2010, 100);
         assert_eq!(live.take_sorted(&mut mem), vec![(0x2010, 100)]);
-    }
-
-    /// The replay's index finds every start it was built from, where it
-    /// is, and no other address.
-    #[test]
-    fn start_index_finds_exactly_its_starts() {
-        let mut next = crate::testing::xorshift(0x5eed_f117);
-        for n in [0usize, 1, 7, 300, 40_000] {
-            let mut v: Vec<(u64, u64)> = (0..n)
-                .map(|_| (0x5555_0000_0000 + (next() % (1 << 24)) * 16, UNKNOWN))
-                .collect();
-            v.sort_unstable();
-            v.dedup();
-            let ix = StartIndex::new(&v);
-            assert!(ix.slots.len() >= 2 * v.len());
-            for (i, &(a, _)) in v.iter().enumerate() {
-                assert_eq!(ix.find(a), Some(i));
-            }
-            for _ in 0..100_000 {
-                let a = 0x5555_0000_0000 + (next() % (1 << 24)) * 16;
-                assert_eq!(ix.find(a), v.binary_search_by_key(&a, |e| e.0).ok());
-            }
-        }
     }
 
     /// The replayed-sizes mode against the same kind of model: the table

@@ -187,27 +187,12 @@ pub fn run(
     let mut idle = Duration::from_micros(500);
     let mut dirty = false;
     loop {
-        let mut got = st.drain_lane() as u32;
-        while let Ok(m) = rx.try_recv() {
-            // What the lane's owner published before this message was sent
-            // comes first (see `lane`).
-            got += st.drain_lane() as u32;
-            st.handle(m);
-            got += 1;
-            if got >= 4096 {
-                break;
-            }
-        }
+        let mut got = st.drain_in_order(&rx, 4096) as u32;
         got += st.drain_syscalls() as u32;
         ctl.progress.fetch_add(1, Ordering::Relaxed);
         let wanted = ctl.flush_requested.load(Ordering::SeqCst);
         if wanted != ctl.flush_done.load(Ordering::Relaxed) {
-            st.drain_lane();
-            while let Ok(m) = rx.try_recv() {
-                st.drain_lane();
-                st.handle(m);
-            }
-            st.drain_lane();
+            st.drain_in_order(&rx, usize::MAX);
             st.drain_syscalls();
             let unloading = ctl
                 .unloading
@@ -249,12 +234,7 @@ pub fn run(
     if let Some(at) = scan::take_request() {
         st.leak_scan(&at, ctl);
         // What other threads did meanwhile follows the scan's records.
-        st.drain_lane();
-        while let Ok(m) = rx.try_recv() {
-            st.drain_lane();
-            st.handle(m);
-        }
-        st.drain_lane();
+        st.drain_in_order(&rx, usize::MAX);
     }
     st.drain_syscalls();
     st.finish(ctl);
@@ -338,6 +318,22 @@ impl State {
         let n = lane::drain(|m| self.handle(m));
         self.lane_messages += n as u64;
         n
+    }
+
+    /// Handles the lane's messages and the channel's, in their order: the
+    /// lane is drained before each channel message (what its owner
+    /// published before that message was sent comes first, see `lane`) and
+    /// once more at the end. Stops taking channel messages once `limit`
+    /// messages were handled; returns how many.
+    fn drain_in_order(&mut self, rx: &Receiver<Msg>, limit: usize) -> usize {
+        let mut n = self.drain_lane();
+        while n < limit {
+            let Ok(m) = rx.try_recv() else { break };
+            n += self.drain_lane();
+            self.handle(m);
+            n += 1;
+        }
+        n + self.drain_lane()
     }
 
     /// Writes the system calls the program's threads queued in their rings

@@ -178,10 +178,10 @@ pub(crate) fn decode_event(buf: &[u8]) -> Result<(RawEvent, usize), Bad> {
     Ok((ev, pos))
 }
 
-/// The 256-byte header.
 /// Where the header holds the metadata's length (u32, little-endian).
 pub(crate) const METADATA_LEN_AT: usize = 16;
 
+/// The 256-byte header.
 pub(crate) fn header(start_us: u64, metadata_len: u32) -> [u8; HEADER_LEN] {
     let mut h = [0u8; HEADER_LEN];
     h[0..4].copy_from_slice(MAGIC);

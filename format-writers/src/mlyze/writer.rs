@@ -708,7 +708,6 @@ impl SpoolStore {
     }
 }
 
-/// The spool side file of a file-backed writer.
 /// Copies `len` bytes of the spool from offset `off` to the output at its
 /// current end, in the kernel (`copy_file_range`); returns how many it
 /// copied. 0 or an error where it cannot: the rest goes through a buffer.
@@ -743,6 +742,7 @@ impl<W: Write + ?Sized> Write for Counting<'_, W> {
     }
 }
 
+/// The spool side file of a file-backed writer.
 struct SpoolFile {
     file: SpoolStore,
     /// The kernel copy of event chunks at `finish` (see [`SpoolCopier`]).
@@ -1029,21 +1029,7 @@ impl<W: Write> Writer<W> {
                 (SpoolStore::File(f), _) => copy_ranges(f, &sp.event_ranges, out)?,
                 (SpoolStore::Other(o), None) => copy_ranges(o.as_mut(), &sp.event_ranges, out)?,
                 (SpoolStore::Other(o), Some(c)) => {
-                    out.flush()?;
-                    for &(off, len) in &sp.event_ranges {
-                        let mut done = 0;
-                        while done < len {
-                            match c(off + done, len - done) {
-                                Ok(n) if n > 0 && n <= len - done => done += n,
-                                _ => break,
-                            }
-                        }
-                        if done < len {
-                            copy_ranges(o.as_mut(), &[(off + done, len - done)], out)?;
-                            // The next copy appends behind these bytes.
-                            out.flush()?;
-                        }
-                    }
+                    copy_ranges_with(c, o.as_mut(), &sp.event_ranges, out)?
                 }
             }
         }
@@ -1130,6 +1116,32 @@ pub(super) fn copy_ranges<R: Read + Seek + ?Sized, W: Write>(
                 io::ErrorKind::UnexpectedEof,
                 format!("spool shorter than expected: {copied} of {len} bytes at offset {off}"),
             ));
+        }
+    }
+    Ok(())
+}
+
+/// [`copy_ranges`] through `copier` (see [`SpoolCopier`]), reading and
+/// writing only what it did not copy.
+fn copy_ranges_with<W: Write>(
+    copier: &mut SpoolCopier,
+    from: &mut dyn SpoolIo,
+    ranges: &[(u64, u64)],
+    to: &mut W,
+) -> io::Result<()> {
+    // The copier appends at the file's end: what `to` buffers goes first.
+    to.flush()?;
+    for &(off, len) in ranges {
+        let mut done = 0;
+        while done < len {
+            match copier(off + done, len - done) {
+                Ok(n) if n > 0 && n <= len - done => done += n,
+                _ => break,
+            }
+        }
+        if done < len {
+            copy_ranges(from, &[(off + done, len - done)], to)?;
+            to.flush()?;
         }
     }
     Ok(())
