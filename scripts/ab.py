@@ -5,8 +5,12 @@ Usage:
     python3 scripts/ab.py [--runs N] NAME=LIB [NAME=LIB ...] -- CMD ARGS...
 
 Each round runs CMD untraced, then under every LIB (LD_PRELOAD, quiet,
-trace files in a scratch directory emptied before each run); prints the
-median wall time of each and its ratio to the untraced median. Extra
+trace files in a scratch directory emptied before each run), from the
+caller's directory; prints the median wall time of each and its ratio to
+the untraced median, then the median CPU time (user + system, every
+thread of the command and its children) and its ratio. On a shared host
+the CPU time moves less than the wall time when other jobs take the
+cores, so a difference that only the wall time shows is noise. Extra
 environment (PYTHONMALLOC=malloc, ...) is taken from the caller's.
 Example, a build kept aside against the current one:
 
@@ -15,6 +19,7 @@ Example, a build kept aside against the current one:
         after=target/release/libtracer.so -- ./chain_fp 1000000
 """
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -38,26 +43,33 @@ def main(argv):
     scratch = tempfile.mkdtemp(prefix="ab-")
     times = {"untraced": []}
     times.update({name: [] for name, _ in libs})
+    cpu = {name: [] for name in times}
     try:
         for _ in range(runs):
             for name in times:
                 env = dict(os.environ)
-                if name != "untraced":
-                    lib = os.path.abspath(dict(libs)[name])
-                    env.update(LD_PRELOAD=lib, TRACER_QUIET="1", TRACER_OUTPUT="t")
                 d = os.path.join(scratch, name)
                 shutil.rmtree(d, ignore_errors=True)
                 os.makedirs(d)
+                if name != "untraced":
+                    lib = os.path.abspath(dict(libs)[name])
+                    env.update(LD_PRELOAD=lib, TRACER_QUIET="1",
+                               TRACER_OUTPUT=os.path.join(d, "t"))
+                before = resource.getrusage(resource.RUSAGE_CHILDREN)
                 t = time.perf_counter()
-                subprocess.run(cmd, env=env, cwd=d, check=True, stdout=subprocess.DEVNULL)
+                subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL)
                 times[name].append(time.perf_counter() - t)
+                after = resource.getrusage(resource.RUSAGE_CHILDREN)
+                cpu[name].append(after.ru_utime + after.ru_stime
+                                 - before.ru_utime - before.ru_stime)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    base = statistics.median(times["untraced"])
-    for name, t in times.items():
-        m = statistics.median(t)
-        print(f"{name}: {m * 1000:.0f} ms ({m / base:.2f}x) "
-              f"[{min(t) * 1000:.0f}-{max(t) * 1000:.0f}]")
+    for what, table in (("wall", times), ("cpu", cpu)):
+        base = statistics.median(table["untraced"])
+        for name, t in table.items():
+            m = statistics.median(t)
+            print(f"{what} {name}: {m * 1000:.0f} ms ({m / base:.2f}x) "
+                  f"[{min(t) * 1000:.0f}-{max(t) * 1000:.0f}]")
 
 
 if __name__ == "__main__":
