@@ -7,8 +7,9 @@
 //! (at CFA plus an offset). Almost every rule of compiled code has this shape.
 //! The first time an address is seen its rule is computed from the object's
 //! `.eh_frame_hdr` table and `.eh_frame` (found with glibc's lock-free
-//! `_dl_find_object`, evaluated with gimli) and stored in a global
-//! direct-mapped table. On top of it each thread keeps the rules of its
+//! `_dl_find_object`, evaluated with gimli) and stored in a global table
+//! of two-way sets, which grows with the program's code ([`Table`]). On top
+//! of it each thread keeps the rules of its
 //! previous capture frame by frame (a frame whose return address is the one
 //! at the same depth last time reuses its rule) and its recent rules by
 //! return address, so a frame costs a comparison and two checked reads. The
@@ -36,18 +37,52 @@
 
 use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 
-/// 8 Ki entries (128 KiB, all resident: the hash spreads them). python3
-/// building a 300k dict has ~2,200 distinct return addresses: 4,400 rule
-/// computations here against 2,600 with 32 Ki entries (512 KiB), a few
-/// milliseconds; 2 Ki entries would take 16,000.
+/// Entries of the first table: 8 Ki (128 KiB, all resident: the hash
+/// spreads them). python3 building a 300k dict has ~2,200 distinct return
+/// addresses: 4,400 rule computations with 8 Ki direct-mapped entries
+/// against 2,600 with 32 Ki, a few milliseconds; 2 Ki entries would take
+/// 16,000.
 const SLOTS: usize = 1 << 13;
+
+/// The most entries a table grows to (2 MiB).
+const MAX_SLOTS: usize = 1 << 17;
 
 struct Entry {
     key: AtomicU64,
     val: AtomicU64,
 }
 
-static TABLE: AtomicPtr<Entry> = AtomicPtr::new(core::ptr::null_mut());
+/// The global table of rules by return address: `entries.len()` a power of
+/// two, in sets of two entries. A program whose code has more return
+/// addresses than the table holds well (cc1plus: 10,400 in its stacks) had
+/// its rules computed again and again (each a search of the object's
+/// unwind tables); once the rules computed reach twice the table's size it
+/// is replaced by one four times larger, up to [`MAX_SLOTS`]. Tables are
+/// never freed (a thread may still read one it loaded): at most 2.6 MiB in
+/// all.
+struct Table {
+    entries: Box<[Entry]>,
+    /// Rules computed into this table.
+    computed: AtomicU64,
+}
+
+impl Table {
+    fn new(slots: usize) -> Table {
+        Table {
+            entries: (0..slots)
+                .map(|_| Entry {
+                    key: AtomicU64::new(0),
+                    val: AtomicU64::new(0),
+                })
+                .collect(),
+            computed: AtomicU64::new(0),
+        }
+    }
+}
+
+static TABLE: AtomicPtr<Table> = AtomicPtr::new(core::ptr::null_mut());
+/// Rules computed in all, for `TRACER_STACK_STATS`.
+static COMPUTED: AtomicU64 = AtomicU64::new(0);
 static FIND_OBJECT: AtomicPtr<libc::c_void> = AtomicPtr::new(core::ptr::null_mut());
 
 const KIND_FRAME: u64 = 1;
@@ -123,36 +158,98 @@ pub fn init() {
         !v.is_null() && core::ffi::CStr::from_ptr(v).to_bytes() == b"1"
     };
     VERIFY.store(verify, Ordering::Relaxed);
-    let table: Box<[Entry]> = (0..SLOTS)
-        .map(|_| Entry {
-            key: AtomicU64::new(0),
-            val: AtomicU64::new(0),
-        })
-        .collect();
-    TABLE.store(Box::leak(table).as_mut_ptr(), Ordering::Release);
+    TABLE.store(Box::leak(Box::new(Table::new(SLOTS))), Ordering::Release);
 }
 
+/// The global table, once [`init`] made it.
 #[inline]
-fn slot(ip: u64) -> usize {
-    (ip.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 49) as usize & (SLOTS - 1)
+fn table() -> Option<&'static Table> {
+    // SAFETY: a non-null TABLE points to a leaked Table, never freed.
+    unsafe { TABLE.load(Ordering::Acquire).as_ref() }
+}
+
+/// Rules computed so far (all tables).
+pub fn rules_computed() -> u64 {
+    COMPUTED.load(Ordering::Relaxed)
+}
+
+/// Entries of the current table.
+pub fn table_slots() -> usize {
+    table().map_or(0, |t| t.entries.len())
+}
+
+/// The first entry of `ip`'s set of two in a table of `len` entries.
+#[inline]
+fn set_of(ip: u64, len: usize) -> usize {
+    (ip.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32) as usize & (len - 2)
+}
+
+/// `e`'s value when it holds `ip`'s rule.
+#[inline(always)]
+fn hit(e: &Entry, ip: u64) -> Option<u64> {
+    if e.key.load(Ordering::Acquire) != ip {
+        return None;
+    }
+    let v = e.val.load(Ordering::Acquire);
+    (v & 0xf_ffff == check_bits(ip) && v >> 62 != 0).then_some(v)
 }
 
 /// The cached value of `ip`'s rule, encoded, with check bits that match
-/// `ip` (computed and stored on a miss).
+/// `ip` (computed and stored on a miss: in the set's first entry, the one
+/// there moving to the second, so that two addresses used in turn both
+/// stay).
 #[inline]
-fn lookup(table: *const Entry, ip: u64) -> u64 {
-    // SAFETY: `table` points to SLOTS live entries (leaked, never freed).
-    let e = unsafe { &*table.add(slot(ip)) };
-    if e.key.load(Ordering::Acquire) == ip {
-        let v = e.val.load(Ordering::Acquire);
-        if v & 0xf_ffff == check_bits(ip) && v >> 62 != 0 {
-            return v;
-        }
+fn lookup(table: &Table, ip: u64) -> u64 {
+    lookup_in(&TABLE, table, ip)
+}
+
+/// [`lookup`] in `table`, which `home` held when it was loaded (and which
+/// [`grow`] replaces there).
+#[inline]
+fn lookup_in(home: &AtomicPtr<Table>, table: &Table, ip: u64) -> u64 {
+    let i = set_of(ip, table.entries.len());
+    let (first, second) = (&table.entries[i], &table.entries[i + 1]);
+    if let Some(v) = hit(first, ip).or_else(|| hit(second, ip)) {
+        return v;
     }
     let v = encode(ip, compute(ip));
-    e.val.store(v, Ordering::Release);
-    e.key.store(ip, Ordering::Release);
+    // A thread reading the pair meanwhile may see a key with another
+    // address's value: the check bits reject it and it computes the rule.
+    second
+        .val
+        .store(first.val.load(Ordering::Acquire), Ordering::Release);
+    second
+        .key
+        .store(first.key.load(Ordering::Acquire), Ordering::Release);
+    first.val.store(v, Ordering::Release);
+    first.key.store(ip, Ordering::Release);
+    COMPUTED.fetch_add(1, Ordering::Relaxed);
+    let computed = table.computed.fetch_add(1, Ordering::Relaxed) + 1;
+    if computed == 2 * table.entries.len() as u64 && table.entries.len() < MAX_SLOTS {
+        grow(home, table);
+    }
     v
+}
+
+/// Replaces `old` by an empty table four times larger (the thread that
+/// counted the threshold's rule, once); `old` stays allocated for the
+/// threads still reading it. The rules are computed again as they are
+/// needed (~10,000 for cc1plus, once): copying them could race with
+/// [`invalidate`] clearing `old` and bring a stale rule along.
+#[cold]
+#[inline(never)]
+fn grow(home: &AtomicPtr<Table>, old: &Table) {
+    let new = Box::into_raw(Box::new(Table::new(old.entries.len() * 4)));
+    let old = old as *const Table as *mut Table;
+    if home
+        .compare_exchange(old, new, Ordering::AcqRel, Ordering::Acquire)
+        .is_err()
+    {
+        // Replaced meanwhile (code unloaded does not replace it: only this
+        // does, once per table): ours is not needed.
+        // SAFETY: `new` came from Box::into_raw above and was never shared.
+        drop(unsafe { Box::from_raw(new) });
+    }
 }
 
 /// glibc's `struct dl_find_object` (2.35+).
@@ -275,10 +372,7 @@ pub(crate) fn compute(ip: u64) -> Rule {
 /// the global table otherwise.
 #[inline]
 pub fn capture(buf: &mut [u64], ip: u64, rsp: u64, rbp: u64, lo: u64, hi: u64) -> Option<usize> {
-    let table = TABLE.load(Ordering::Acquire);
-    if table.is_null() {
-        return None;
-    }
+    let table = table()?;
     let got = MEMO
         .try_with(|m| {
             // SAFETY: the memo is only touched by its own thread, here, and
@@ -389,13 +483,10 @@ static VERIFIED: AtomicU64 = AtomicU64::new(0);
 /// their own stacks, which is still loaded.
 pub fn invalidate() {
     GENERATION.fetch_add(1, Ordering::AcqRel);
-    let table = TABLE.load(Ordering::Acquire);
-    if table.is_null() {
+    let Some(table) = table() else {
         return;
-    }
-    for i in 0..SLOTS {
-        // SAFETY: `table` points to SLOTS live entries (leaked, never freed).
-        let e = unsafe { &*table.add(i) };
+    };
+    for e in table.entries.iter() {
         e.key.store(0, Ordering::Release);
         e.val.store(0, Ordering::Release);
     }
@@ -1002,7 +1093,7 @@ fn walk_by_address(
 /// The walk with every rule from the global table (no memo): used where the
 /// thread's memo is unavailable, and as the reference of `TRACER_UNWIND_VERIFY`.
 fn walk_table(
-    table: *const Entry,
+    table: &Table,
     buf: &mut [u64],
     ip: u64,
     rsp: u64,
@@ -1082,7 +1173,7 @@ fn walk_rules(
 #[allow(clippy::too_many_arguments)]
 #[cold]
 fn verify(
-    table: *const Entry,
+    table: &Table,
     buf: &[u64],
     got: Option<usize>,
     ip: u64,
@@ -1153,6 +1244,72 @@ mod tests {
         ] {
             assert_eq!(decode(ip, encode(ip, rule)), Some(rule));
         }
+    }
+
+    /// Addresses that share the set of `of` in a table of `len` entries
+    /// (no code there: their rules are quick to compute).
+    fn same_set(of: u64, len: usize, n: usize) -> Vec<u64> {
+        (1..)
+            .map(|k| of + 16 * k)
+            .filter(|&ip| set_of(ip, len) == set_of(of, len))
+            .take(n)
+            .collect()
+    }
+
+    /// Two addresses of one set, used in turn, are computed once each; a
+    /// third evicts the one used least recently inserted, not the other.
+    #[test]
+    fn a_set_keeps_two_rules() {
+        let home = AtomicPtr::new(core::ptr::null_mut());
+        let t = Table::new(SLOTS);
+        let a = 0x10_0000;
+        let [b, c] = same_set(a, SLOTS, 2)[..] else {
+            unreachable!()
+        };
+        for _ in 0..10 {
+            for ip in [a, b] {
+                assert_eq!(decode(ip, lookup_in(&home, &t, ip)), Some(compute(ip)));
+            }
+        }
+        assert_eq!(t.computed.load(Ordering::Relaxed), 2);
+        lookup_in(&home, &t, c);
+        lookup_in(&home, &t, b);
+        assert_eq!(t.computed.load(Ordering::Relaxed), 3, "b stayed");
+        lookup_in(&home, &t, a);
+        assert_eq!(t.computed.load(Ordering::Relaxed), 4, "a went");
+    }
+
+    /// Once twice as many rules as it has entries were computed into it, a
+    /// table is replaced by one four times larger (up to MAX_SLOTS), whose
+    /// answers are the same rules.
+    #[test]
+    fn a_table_that_computes_too_often_grows() {
+        let first = Box::into_raw(Box::new(Table::new(8)));
+        let home = AtomicPtr::new(first);
+        let mut ip = 0x20_0000u64;
+        let mut sizes = vec![8];
+        // Bounded: ~480,000 rules are computed before the last test below.
+        for _ in 0..2_000_000 {
+            // SAFETY: `home` holds tables that are never freed here.
+            let t = unsafe { &*home.load(Ordering::Acquire) };
+            ip += 16;
+            assert_eq!(decode(ip, lookup_in(&home, t, ip)), Some(compute(ip)));
+            let len = t.entries.len();
+            if sizes.last() != Some(&len) {
+                sizes.push(len);
+            }
+            if len == MAX_SLOTS && t.computed.load(Ordering::Relaxed) > 3 * MAX_SLOTS as u64 {
+                break;
+            }
+        }
+        let mut want = vec![8];
+        while *want.last().unwrap() < MAX_SLOTS {
+            want.push(want.last().unwrap() * 4);
+        }
+        assert_eq!(sizes, want);
+        // The tables of this test (leaked, as in use).
+        // SAFETY: nothing reads them any more.
+        drop(unsafe { Box::from_raw(first) });
     }
 
     #[test]

@@ -646,6 +646,11 @@ impl State {
                 self.stacks.len()
             ));
             sys::stderr_line(&format!("lane: {} messages", self.lane_messages));
+            sys::stderr_line(&format!(
+                "unwind rules: {} computed, a table of {} entries",
+                crate::cfi::rules_computed(),
+                crate::cfi::table_slots()
+            ));
         }
         let fresh = self.objects.rescan();
         self.emit_objects(fresh);
