@@ -1222,12 +1222,15 @@ fn a_spool_copier_that_copies_part_gives_the_same_file() {
         let (to, from) = (out.clone(), spool.clone());
         let calls = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
         let seen = calls.clone();
+        // Where and what the patcher wrote.
+        let patched = Shared::<Vec<(u64, Vec<u8>)>>::default();
         if mode > 0 {
             // The header's length filled in at the end (one metadata pass).
-            let at = out.clone();
+            let (at, log) = (out.clone(), patched.clone());
             w.set_header_patcher(Box::new(move |off, bytes| {
                 let mut v = at.0.lock().unwrap();
                 v[off as usize..off as usize + bytes.len()].copy_from_slice(bytes);
+                log.0.lock().unwrap().push((off, bytes.to_vec()));
                 Ok(())
             }));
         }
@@ -1259,6 +1262,16 @@ fn a_spool_copier_that_copies_part_gives_the_same_file() {
             got.len(),
             want.len()
         );
+        // With a patcher, the header went out with a zero length, filled in
+        // once at the end: the length field (offset 16, 4 bytes) and
+        // nothing else.
+        let patches = patched.0.lock().unwrap().clone();
+        if mode > 0 {
+            assert_eq!(patches, vec![(16, want[16..20].to_vec())], "mode {mode}");
+            assert_ne!(want[16..20], [0, 0, 0, 0]);
+        } else {
+            assert!(patches.is_empty());
+        }
     }
 }
 

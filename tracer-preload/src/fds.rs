@@ -164,23 +164,6 @@ pub fn copy_range(from: usize, to: usize, off: u64, len: u64) -> io::Result<usiz
     })
 }
 
-/// Writes all of `bytes` at offset `off` of the file in `slot` (`pwrite`:
-/// the file's own offset does not move).
-pub fn write_all_at(slot: usize, mut off: u64, mut bytes: &[u8]) -> io::Result<()> {
-    while !bytes.is_empty() {
-        // SAFETY: pointer and length describe the live slice `bytes`.
-        let n = with_fd(slot, |fd| unsafe {
-            libc::pwrite(fd, bytes.as_ptr().cast(), bytes.len(), off as libc::off_t)
-        })?;
-        if n == 0 {
-            return Err(io::Error::from(io::ErrorKind::WriteZero));
-        }
-        bytes = &bytes[n..];
-        off += n as u64;
-    }
-    Ok(())
-}
-
 /// Runs a system call on the descriptors currently registered in slots `a`
 /// and `b`, retrying on EINTR; `-2` from `call` stands for "no descriptor".
 fn with_fds(a: usize, b: usize, mut call: impl FnMut(i32, i32) -> isize) -> io::Result<usize> {
@@ -211,6 +194,24 @@ pub struct FdSink {
 impl FdSink {
     pub fn new(slot: usize) -> Self {
         FdSink { slot }
+    }
+}
+
+/// Positioned reads and writes (`pread`, `pwrite`: the file's own offset
+/// does not move); `write_all_at` comes with the trait.
+impl std::os::unix::fs::FileExt for FdSink {
+    fn read_at(&self, buf: &mut [u8], off: u64) -> io::Result<usize> {
+        // SAFETY: pointer and length describe the live, writable slice `buf`.
+        with_fd(self.slot, |fd| unsafe {
+            libc::pread(fd, buf.as_mut_ptr().cast(), buf.len(), off as libc::off_t)
+        })
+    }
+
+    fn write_at(&self, buf: &[u8], off: u64) -> io::Result<usize> {
+        // SAFETY: pointer and length describe the live slice `buf`.
+        with_fd(self.slot, |fd| unsafe {
+            libc::pwrite(fd, buf.as_ptr().cast(), buf.len(), off as libc::off_t)
+        })
     }
 }
 

@@ -518,7 +518,8 @@ fn create_mlyze(wanted: &str) -> std::io::Result<Created> {
             }));
             // The file is new: the writer's first byte is at offset 0.
             w.set_header_patcher(Box::new(move |off, bytes| {
-                fds::write_all_at(out_slot, off, bytes)
+                use std::os::unix::fs::FileExt as _;
+                fds::FdSink::new(out_slot).write_all_at(bytes, off)
             }));
             Ok((path, vec![out_slot, spool_slot], Box::new(w)))
         }

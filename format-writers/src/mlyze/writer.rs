@@ -443,9 +443,12 @@ impl Tables {
     /// stack sections are counted together; with the stacks in the spool's
     /// log, every pass replays the log).
     fn metadata_len(&self, from: &mut StackFrom<'_>) -> io::Result<u64> {
-        let mut counter = Counter(0);
+        let mut counter = Counting {
+            inner: &mut io::sink(),
+            n: 0,
+        };
         self.write_metadata_pass(&mut counter, from, true)?;
-        Ok(counter.0)
+        Ok(counter.n)
     }
 
     /// Writes the metadata; with `count_only`, the `stack_addresses` entries
@@ -616,20 +619,6 @@ fn string_table<J: Write + ?Sized>(j: &mut J, names: &[String]) -> io::Result<()
     j.write_all(b"}")
 }
 
-/// A sink that only counts: the metadata's length goes into the header,
-/// before the metadata itself, which is then streamed.
-struct Counter(u64);
-
-impl Write for Counter {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.0 += buf.len() as u64;
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
-
 /// Assigns the 16-bit thread slots of ALLOC events to OS thread ids.
 ///
 /// Slots are handed out in order; once all 65,536 are taken, the oldest
@@ -720,7 +709,9 @@ pub type SpoolCopier = Box<dyn FnMut(u64, u64) -> io::Result<u64> + Send>;
 /// metadata in a pass of its own first.
 pub type HeaderPatcher = Box<dyn FnMut(u64, &[u8]) -> io::Result<()> + Send>;
 
-/// A `Write` that counts what passes through it.
+/// A `Write` that counts what passes through it: the metadata's length for
+/// the header, measured on its way out (or into `io::sink()` when the
+/// header must go first).
 struct Counting<'a, W: Write + ?Sized> {
     inner: &'a mut W,
     n: u64,
