@@ -65,14 +65,33 @@ fn stress_exact() {
     );
 }
 
-/// Messages the writer took from the lane (`TRACER_STACK_STATS`, private).
-fn lane_messages(run: &Traced) -> u64 {
-    run.stderr()
+/// The writer's statistics line that starts with `prefix`
+/// (`TRACER_STACK_STATS`, private), as its numbers.
+fn stats_numbers(run: &Traced, prefix: &str) -> Vec<u64> {
+    let line = run
+        .stderr()
         .lines()
-        .find_map(|l| l.strip_prefix("libtracer: lane: "))
-        .and_then(|l| l.strip_suffix(" messages"))
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no lane statistics: {}", run.stderr()))
+        .find_map(|l| l.strip_prefix(prefix).map(str::to_string))
+        .unwrap_or_else(|| panic!("no '{prefix}' statistics: {}", run.stderr()));
+    line.split(|c: char| !c.is_ascii_digit())
+        .filter(|w| !w.is_empty())
+        .map(|w| w.parse().unwrap())
+        .collect()
+}
+
+/// Messages the writer took from the lanes.
+fn lane_messages(run: &Traced) -> u64 {
+    stats_numbers(run, "libtracer: lane: ")[0]
+}
+
+/// Lanes the process made.
+fn lanes_made(run: &Traced) -> u64 {
+    stats_numbers(run, "libtracer: lane: ")[1]
+}
+
+/// Messages the writer took from the channel.
+fn channel_messages(run: &Traced) -> u64 {
+    stats_numbers(run, "libtracer: channel: ")[0]
 }
 
 /// A program with one thread (alloc_chain, 20,000 pairs): its events after
@@ -143,14 +162,17 @@ fn a_lone_thread_records_through_its_lane() {
     assert_eq!(figures, vg[0], "alloc_chain's heap figures, valgrind's");
 }
 
-/// lane_handover.c: the main thread records alone (through the lane), then
-/// a second thread starts recording while the main one goes on and frees
-/// the main thread's blocks. The lane closes on the second thread's first
-/// event; no event is lost or reordered across the hand-over (a free read
-/// before its allocation, or an allocation at a live address, would show),
-/// and every count is the program's. Repeated: the hand-over is a race.
+/// lane_handover.c: the main thread records alone, then a second thread
+/// starts recording while the main one goes on and frees the main thread's
+/// blocks (glibc hands their addresses to either thread). Each thread's
+/// messages go through its own lane, none through the channel; the writer
+/// puts a free after the other thread's allocation of the block and an
+/// allocation after the other thread's free of the address, so no event is
+/// reordered (a free read before its allocation, or an allocation at a live
+/// address, would show), and every count is the program's. Repeated: which
+/// addresses change threads is a race.
 #[test]
-fn the_lane_closes_when_a_second_thread_records() {
+fn two_threads_record_through_their_lanes_in_order() {
     let bin = example("lane_handover");
     let cmd = Cmd::new(&bin);
     let plain = cmd.run_plain();
@@ -167,15 +189,54 @@ fn the_lane_closes_when_a_second_thread_records() {
         let trace = single_trace(&run);
         assert_trace_figures(&trace, own.plus_live(1, dtv), "lane_handover");
         assert_eq!((trace.unknown_frees, trace.double_allocs), (0, 0));
-        // The 4,096 first blocks at least went through the lane; the
-        // helper's 208,192 events never did, so at most the main thread's
-        // own 208,192, its thread's DTV and a few stack messages did.
-        let through_lane = lane_messages(&run);
+        // Every event (both threads' 2 x 208,192, the DTV) and the stack
+        // messages, through the two threads' lanes.
+        assert_eq!(channel_messages(&run), 0);
         assert!(
-            (4096..=208_192 + 64).contains(&through_lane),
-            "lane messages: {through_lane}"
+            (2 * 208_192 + 1..=2 * 208_192 + 64).contains(&lane_messages(&run)),
+            "lane messages: {}",
+            lane_messages(&run)
         );
+        assert_eq!(lanes_made(&run), 2);
     }
+}
+
+/// thread_rounds.c: three rounds of four threads, each freeing the blocks
+/// of a thread that exited. An exited thread's lane is given back once the
+/// writer emptied it, and the next round's threads take those: five lanes
+/// in all when the writer keeps up during the rounds' 30 ms pauses (13
+/// without reuse). Every count is the program's, with no free read before
+/// its allocation.
+#[test]
+fn exited_threads_lanes_are_reused_and_their_blocks_freed_in_order() {
+    let bin = example("thread_rounds");
+    let cmd = Cmd::new(&bin);
+    let plain = cmd.run_plain();
+    let bytes: u64 = (0..3u64)
+        .flat_map(|r| {
+            (0..4u64).flat_map(move |t| (0..500u64).map(move |i| 24 + 8 * ((4 * r + t + i) % 32)))
+        })
+        .sum();
+    assert_eq!(bytes, 887_040, "thread_rounds.c's stated sum");
+    let own = Figures::new(6_000, 6_000, bytes, 0, 0);
+    let dtv = dtv_bytes_for(&bin, Some(&tracer_lib()));
+    let mut made = Vec::new();
+    for _ in 0..3 {
+        let run = run_traced(&cmd, &[("TRACER_STACK_STATS", "1")]);
+        assert_same_behaviour(&plain, &run, "thread_rounds");
+        let trace = single_trace(&run);
+        assert_trace_figures(&trace, own.plus_live(4, dtv), "thread_rounds");
+        assert_eq!((trace.unknown_frees, trace.double_allocs), (0, 0));
+        assert_eq!(channel_messages(&run), 0);
+        made.push(lanes_made(&run));
+    }
+    // A round's threads may start before the writer has emptied all of the
+    // previous round's lanes, once in a while; never all of them.
+    assert!(
+        made.iter().all(|&m| (5..=8).contains(&m)),
+        "lanes made: {made:?}"
+    );
+    assert!(made.contains(&5), "lanes made: {made:?}");
 }
 
 /// fork.c: parent's and child's figures (see its header).

@@ -165,8 +165,8 @@ fn begin() {
     }
 }
 
-/// While tracing: into the lane when this thread owns it, else into the
-/// channel (see `lane`).
+/// While tracing: into this thread's lane, else (no lane could be had, or
+/// `TRACER_LANE=0`) into the channel (see `lane`).
 #[inline(always)]
 fn hand_off(msg: Msg) -> bool {
     match crate::lane::offer(msg) {
@@ -638,12 +638,10 @@ fn start(rx: Option<Receiver<Msg>>) -> bool {
     };
     let ctl = Arc::new(Control::default());
     CONTROL.store(Arc::into_raw(ctl.clone()).cast_mut(), Ordering::Release);
-    if fresh {
-        if std::env::var_os("TRACER_LANE").is_some_and(|v| v == "0") {
-            crate::lane::refuse();
-        }
-        crate::lane::open_here();
+    if fresh && std::env::var_os("TRACER_LANE").is_some_and(|v| v == "0") {
+        crate::lane::refuse();
     }
+    crate::lane::init();
     let early = EARLY.with(|list| {
         STATE.store(TRACING, Ordering::Release);
         std::mem::take(list)

@@ -254,6 +254,9 @@ pub struct Live {
     maybe_big: Vec<u64>,
     /// Blocks whose sizes the replay at exit looked for (statistics).
     replayed_blocks: usize,
+    /// The leak scan is off: the table keeps block starts alone, for the
+    /// writer's ordering of several threads' messages ([`Live::is_live`]).
+    starts_only: bool,
 }
 
 /// Words of `Live::maybe_big` (2^18 bits, 32 KiB).
@@ -416,9 +419,27 @@ impl Live {
         }
     }
 
+    /// Whether a block starts at `addr` in the stream written so far.
+    #[inline]
+    pub fn is_live(&mut self, addr: u64) -> bool {
+        let in_table = addr & 15 == 0
+            && match self.slot(addr, false) {
+                None => false,
+                Some((leaf, _)) if self.replayed => {
+                    let g = granule(addr);
+                    self.bits[leaf][g >> 6] & (1 << (g & 63)) != 0
+                }
+                Some((leaf, p)) => {
+                    let b = self.leaves[leaf][p];
+                    b != 0 && pair_decode(b).0 == (addr & 16 != 0)
+                }
+            };
+        in_table || (!self.spill.is_empty() && self.spill.contains_key(&addr))
+    }
+
     /// Records a block; `exact`: keep its size whole whatever it is.
     pub fn alloc_with(&mut self, addr: u64, size: u64, exact: bool) {
-        if !enabled() {
+        if !enabled() && !self.starts_only {
             return;
         }
         if addr & 15 != 0 {
@@ -434,6 +455,9 @@ impl Live {
         if self.replayed {
             let g = granule(addr);
             self.bits[leaf][g >> 6] |= 1 << (g & 63);
+            if self.starts_only {
+                return;
+            }
             if exact
                 || size >= EXACT_FROM
                 || addr & 0xfff == 0
@@ -599,7 +623,16 @@ impl Live {
     }
 
     pub fn replayed_sizes(&self) -> bool {
-        self.replayed
+        self.replayed && !self.starts_only
+    }
+
+    /// With the leak scan off: keeps the block starts alone (a bit per
+    /// 16-byte granule of heap), which [`Live::is_live`] reads; before the
+    /// first block.
+    pub fn use_starts_only(&mut self) {
+        debug_assert!(self.index.is_empty());
+        self.replayed = true;
+        self.starts_only = true;
     }
 
     /// The starts of the live blocks not kept in `big`, sorted, with

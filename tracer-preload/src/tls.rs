@@ -16,7 +16,7 @@
 //! (`#[thread_local]` and `-Z tls-model` are unstable.) Initial-exec TLS is
 //! what a preloaded library gets anyway (the loader sets every start-up
 //! object's TLS in the static block); a late `dlopen` of the library is
-//! served from glibc's surplus static TLS (our block is 16 bytes).
+//! served from glibc's surplus static TLS (our block is 24 bytes).
 
 use core::cell::{Cell, UnsafeCell};
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -160,16 +160,16 @@ pub struct Hot {
     /// Set by our `vfork` around the system call: the child runs on this
     /// thread's memory, and must never record into the parent's trace.
     vfork: Cell<bool>,
-    /// This thread owns the allocation lane (`lane`).
-    lane: Cell<bool>,
-    _pad: u8,
+    _pad: [u8; 2],
     /// The OS thread id, 0 until first asked.
     tid: Cell<u32>,
     /// This thread's syscall ring (`syscalls::ring`), null until taken.
     pub ring: Cell<*mut core::ffi::c_void>,
+    /// This thread's allocation lane (`lane`), null until taken.
+    pub lane: Cell<*mut core::ffi::c_void>,
 }
 
-// The block behind `hot()`: 16 zero bytes of `.tbss`, 8-aligned, hidden.
+// The block behind `hot()`: 24 zero bytes of `.tbss`, 8-aligned, hidden.
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 core::arch::global_asm!(
     ".pushsection .tbss,\"awT\",@nobits",
@@ -177,18 +177,18 @@ core::arch::global_asm!(
     ".globl tracer_hot_tls",
     ".hidden tracer_hot_tls",
     ".type tracer_hot_tls,@object",
-    ".size tracer_hot_tls,16",
+    ".size tracer_hot_tls,24",
     "tracer_hot_tls:",
-    ".zero 16",
+    ".zero 24",
     ".popsection",
 );
-const _: () = assert!(core::mem::size_of::<Hot>() == 16);
+const _: () = assert!(core::mem::size_of::<Hot>() == 24);
 
 /// This thread's [`Hot`] fields: one initial-exec TLS address computation.
 #[inline(always)]
 pub fn hot() -> &'static Hot {
     let p: *const Hot;
-    // SAFETY: `tracer_hot_tls` is a 16-byte, 8-aligned TLS symbol of this
+    // SAFETY: `tracer_hot_tls` is a 24-byte, 8-aligned TLS symbol of this
     // object (above); `fs:0` holds the thread pointer (x86-64 TLS ABI) and
     // the GOT entry its offset from it, so the sum is this thread's copy,
     // zero-initialised, valid for the thread's whole life. The result
@@ -287,16 +287,6 @@ impl Hot {
     #[inline]
     pub fn passing(&self) -> bool {
         self.busy.get() | self.vfork.get()
-    }
-
-    /// Whether this thread owns the allocation lane (see `lane`).
-    #[inline(always)]
-    pub fn lane_owner(&self) -> bool {
-        self.lane.get()
-    }
-
-    pub fn set_lane_owner(&self, owner: bool) {
-        self.lane.set(owner);
     }
 
     /// The OS thread id, cached.

@@ -65,6 +65,22 @@ pub enum Msg {
     },
 }
 
+impl Msg {
+    /// The event's time; 0 for the messages that have none (a stack, which
+    /// precedes its first use, and a failed realloc, which follows its
+    /// provisional free), so that they are taken first.
+    #[inline]
+    pub fn time(&self) -> u64 {
+        match *self {
+            Msg::Alloc { time_ns, .. }
+            | Msg::Free { time_ns, .. }
+            | Msg::ReallocFree { time_ns, .. }
+            | Msg::Marker { time_ns, .. } => time_ns,
+            Msg::Stack { .. } | Msg::ReallocFailed { .. } => 0,
+        }
+    }
+}
+
 /// One output file.
 pub struct Output {
     pub path: PathBuf,
@@ -104,6 +120,15 @@ pub struct Setup {
     pub symbolize: Symbolize,
 }
 
+/// How far one lane's messages may run ahead of another's in time while
+/// the writer takes them in turns (`State::drain_ordered`): each turn
+/// handles a lane's messages up to this long after the next message of the
+/// others, instead of one or two before the earliest changes lane. The
+/// stream's times stay non-decreasing (`State::time` clamps), so an event
+/// that went ahead of an earlier one of another thread gets that one's
+/// later time: at most this much later than measured.
+const SLACK_NS: u64 = 20_000;
+
 const FLUSH_EVERY: Duration = Duration::from_millis(100);
 /// Minimum time between two flushes made because the queue ran empty.
 const FLUSH_WHEN_IDLE: Duration = Duration::from_millis(2);
@@ -133,8 +158,20 @@ struct State {
     /// Stack messages received (a thread sends a stack again when its
     /// "already sent" cache lost it: `TRACER_STACK_STATS`).
     stack_messages: u64,
-    /// Messages taken from the lane (see `lane`; `TRACER_STACK_STATS`).
+    /// Messages taken from the lanes (see `lane`; `TRACER_STACK_STATS`).
     lane_messages: u64,
+    /// Messages taken from the channel (`TRACER_STACK_STATS`).
+    channel_messages: u64,
+    /// Allocations held back until the lanes gave another thread's free of
+    /// their address, and those let through without it (`TRACER_STACK_STATS`).
+    held_back: u64,
+    forced: u64,
+    /// A channel message taken but not handled yet (an allocation held back).
+    held: Option<Msg>,
+    /// The views of the lanes being drained, kept for their memory.
+    views: Vec<lane::View>,
+    /// Per view: its next message is an allocation held back.
+    blocked: Vec<bool>,
 }
 
 /// Runs the writer until asked to stop; returns the receiver for reuse.
@@ -162,14 +199,23 @@ pub fn run(
         live: scan::Live::default(),
         stack_messages: 0,
         lane_messages: 0,
+        channel_messages: 0,
+        held_back: 0,
+        forced: 0,
+        held: None,
+        views: Vec::new(),
+        blocked: Vec::new(),
     };
     // The sizes of the blocks live at exit can be read back from a trace
     // that replays its allocations: the live table then keeps starts only.
-    if scan::enabled()
-        && st
-            .outputs
-            .iter()
-            .any(|o| !o.syscalls && o.writer.replays_allocations())
+    if !scan::enabled() {
+        // The table still tells which blocks are live, for the order of
+        // several threads' messages (`drain_in_order`).
+        st.live.use_starts_only();
+    } else if st
+        .outputs
+        .iter()
+        .any(|o| !o.syscalls && o.writer.replays_allocations())
     {
         st.live.use_replayed_sizes();
     }
@@ -220,6 +266,7 @@ pub fn run(
         if got == 0 {
             if ctl.stop.load(Ordering::SeqCst)
                 && rx.is_empty()
+                && st.held.is_none()
                 && lane::is_empty()
                 && syscalls::ring::all_empty()
             {
@@ -312,28 +359,230 @@ impl State {
         }
     }
 
-    /// Handles what the lane's owner published (see `lane`); returns how
-    /// many messages.
-    fn drain_lane(&mut self) -> usize {
-        let n = lane::drain(|m| self.handle(m));
-        self.lane_messages += n as u64;
+    /// Handles what the lanes and the channel hold, in order (see `lane`);
+    /// stops once `limit` messages were handled and returns how many.
+    fn drain_in_order(&mut self, rx: &Receiver<Msg>, limit: usize) -> usize {
+        let mut n = 0;
+        while n < limit {
+            let got = self.drain_once(rx, limit - n);
+            if got == 0 {
+                break;
+            }
+            n += got;
+        }
         n
     }
 
-    /// Handles the lane's messages and the channel's, in their order: the
-    /// lane is drained before each channel message (what its owner
-    /// published before that message was sent comes first, see `lane`) and
-    /// once more at the end. Stops taking channel messages once `limit`
-    /// messages were handled; returns how many.
-    fn drain_in_order(&mut self, rx: &Receiver<Msg>, limit: usize) -> usize {
-        let mut n = self.drain_lane();
-        while n < limit {
-            let Ok(m) = rx.try_recv() else { break };
-            n += self.drain_lane();
+    /// One pass over what the lanes had published when it began, and the
+    /// channel: the next message is the one with the earliest time among
+    /// the sources' next messages, but an allocation at an address still
+    /// live here waits while another thread's free of it may be queued
+    /// (`lane`'s module doc). When every source left waits, the lanes are
+    /// looked at again; if nothing was handled since the previous look and
+    /// nothing new came, the earliest waiting allocation goes through (the
+    /// free it waits for was never seen).
+    fn drain_once(&mut self, rx: &Receiver<Msg>, budget: usize) -> usize {
+        let mut views = std::mem::take(&mut self.views);
+        let lanes = lane::look(&mut views);
+        // One lane, or the channel alone, needs no check: one producer's
+        // order, or the channel's, which is the hooks' order of sending (a
+        // free is sent before the real free runs, an allocation after the
+        // real malloc returned).
+        let channel = self.channel_messages > 0 || self.held.is_some() || !rx.is_empty();
+        let n = if lanes > 1 || (channel && lanes > 0) {
+            self.drain_ordered(rx, &mut views, budget)
+        } else {
+            self.drain_plain(rx, &mut views, budget)
+        };
+        for v in &views {
+            v.release();
+        }
+        self.views = views;
+        n
+    }
+
+    /// [`State::drain_once`] for a lone source.
+    fn drain_plain(
+        &mut self,
+        rx: &Receiver<Msg>,
+        views: &mut [lane::View],
+        budget: usize,
+    ) -> usize {
+        let mut n = 0;
+        for v in views.iter_mut() {
+            while n < budget {
+                let Some(m) = v.take() else { break };
+                self.lane_messages += 1;
+                self.handle(m);
+                n += 1;
+            }
+        }
+        while n < budget {
+            let Some(m) = self.held.take().or_else(|| rx.try_recv().ok()) else {
+                break;
+            };
+            self.channel_messages += 1;
             self.handle(m);
             n += 1;
         }
-        n + self.drain_lane()
+        n
+    }
+
+    /// [`State::drain_once`] with several sources.
+    fn drain_ordered(
+        &mut self,
+        rx: &Receiver<Msg>,
+        views: &mut Vec<lane::View>,
+        budget: usize,
+    ) -> usize {
+        /// The channel's index among the sources.
+        const CHANNEL: usize = usize::MAX;
+        let mut blocked = std::mem::take(&mut self.blocked);
+        blocked.clear();
+        blocked.resize(views.len(), false);
+        let mut channel_blocked = false;
+        let mut n = 0;
+        // Messages handled since the lanes were last looked at.
+        let mut since_look = 0usize;
+        if self.held.is_none() {
+            self.held = rx.try_recv().ok();
+        }
+        while n < budget {
+            // The earliest next message of a source that does not wait, and
+            // the earliest of the others (up to which that source may go on,
+            // and `SLACK` beyond).
+            // A waiting source's next message bounds the others too.
+            let mut best: Option<(usize, u64)> = None;
+            let mut second = u64::MAX;
+            let heads = views
+                .iter()
+                .enumerate()
+                .filter_map(|(i, v)| v.peek().map(|m| (i, blocked[i], m.time())));
+            let channel = self
+                .held
+                .as_ref()
+                .map(|m| (CHANNEL, channel_blocked, m.time()));
+            for (i, waiting, t) in heads.chain(channel) {
+                match best {
+                    Some((_, bt)) if waiting || bt <= t => second = second.min(t),
+                    _ if waiting => second = second.min(t),
+                    _ => {
+                        if let Some((_, bt)) = best {
+                            second = second.min(bt);
+                        }
+                        best = Some((i, t));
+                    }
+                }
+            }
+            let Some((src, _)) = best else {
+                if !channel_blocked && !blocked.iter().any(|&b| b) {
+                    break;
+                }
+                // Every source left waits: look again.
+                let before: u64 = views.iter().map(|v| v.len()).sum();
+                for v in views.iter() {
+                    v.release();
+                }
+                let _ = lane::look(views);
+                if self.held.is_none() {
+                    self.held = rx.try_recv().ok();
+                }
+                blocked.clear();
+                blocked.resize(views.len(), false);
+                channel_blocked = false;
+                let after: u64 = views.iter().map(|v| v.len()).sum();
+                if since_look == 0 && after == before {
+                    self.force_earliest(views);
+                    n += 1;
+                }
+                since_look = 0;
+                continue;
+            };
+            if src == CHANNEL {
+                let m = self.held.take().expect("a held message was considered");
+                if self.waits(&m) {
+                    self.held = Some(m);
+                    channel_blocked = true;
+                    self.held_back += 1;
+                    continue;
+                }
+                self.channel_messages += 1;
+                self.handle(m);
+                n += 1;
+                since_look += 1;
+                self.held = rx.try_recv().ok();
+            } else {
+                // The first message is the earliest of those that do not
+                // wait; the next ones go while within the slack.
+                let v = &mut views[src];
+                let until = second.saturating_add(SLACK_NS);
+                let first = n;
+                while n < budget {
+                    let Some(m) = v.peek() else { break };
+                    if n > first && m.time() > until {
+                        break;
+                    }
+                    if self.waits(m) {
+                        blocked[src] = true;
+                        self.held_back += 1;
+                        break;
+                    }
+                    let m = v.take().expect("a message was peeked");
+                    self.lane_messages += 1;
+                    self.handle(m);
+                    n += 1;
+                    since_look += 1;
+                }
+                if n == first {
+                    continue;
+                }
+            }
+            // What was handled may end the others' waits.
+            blocked.fill(false);
+            channel_blocked = false;
+        }
+        self.blocked = blocked;
+        n
+    }
+
+    /// Whether `m` must wait for another thread's message: an allocation
+    /// at an address still live here (unless a realloc's provisional free
+    /// of it is still to be settled), which waits for the free, or a free
+    /// of an address not live here, which waits for the allocation (a block
+    /// handed to another thread and freed there).
+    #[inline]
+    fn waits(&mut self, m: &Msg) -> bool {
+        match *m {
+            Msg::Alloc { addr, .. } => {
+                self.live.is_live(addr) && !self.pending.iter().any(|p| p.1 == addr && !p.3)
+            }
+            Msg::Free { addr, .. } | Msg::ReallocFree { addr, .. } => !self.live.is_live(addr),
+            _ => false,
+        }
+    }
+
+    /// Every source's next message waits for a free nobody published: the
+    /// earliest of them goes through.
+    #[cold]
+    fn force_earliest(&mut self, views: &mut [lane::View]) {
+        let lanes = views
+            .iter()
+            .enumerate()
+            .filter_map(|(i, v)| v.peek().map(|m| (m.time(), i)));
+        let channel = self.held.as_ref().map(|m| (m.time(), usize::MAX));
+        let Some((_, src)) = lanes.chain(channel).min() else {
+            return;
+        };
+        self.forced += 1;
+        if src == usize::MAX {
+            if let Some(m) = self.held.take() {
+                self.channel_messages += 1;
+                self.handle(m);
+            }
+        } else if let Some(m) = views[src].take() {
+            self.lane_messages += 1;
+            self.handle(m);
+        }
     }
 
     /// Writes the system calls the program's threads queued in their rings
@@ -645,7 +894,15 @@ impl State {
                 self.stack_messages,
                 self.stacks.len()
             ));
-            sys::stderr_line(&format!("lane: {} messages", self.lane_messages));
+            sys::stderr_line(&format!(
+                "lane: {} messages, {} lanes",
+                self.lane_messages,
+                lane::made()
+            ));
+            sys::stderr_line(&format!(
+                "channel: {} messages; held back {}, let through {}",
+                self.channel_messages, self.held_back, self.forced
+            ));
             sys::stderr_line(&format!(
                 "unwind rules: {} computed, a table of {} entries",
                 crate::cfi::rules_computed(),
@@ -717,6 +974,12 @@ mod tests {
             live: scan::Live::default(),
             stack_messages: 0,
             lane_messages: 0,
+            channel_messages: 0,
+            held_back: 0,
+            forced: 0,
+            held: None,
+            views: Vec::new(),
+            blocked: Vec::new(),
         };
         (st, seen)
     }
@@ -743,6 +1006,76 @@ mod tests {
             key: NO_STACK,
             from_realloc: realloc,
         }
+    }
+
+    fn free_msg(tid: u32, addr: u64, time_ns: u64) -> Msg {
+        Msg::Free { time_ns, tid, addr }
+    }
+
+    fn alloc_at(tid: u32, addr: u64, time_ns: u64) -> Msg {
+        Msg::Alloc {
+            time_ns,
+            tid,
+            addr,
+            size: 8,
+            key: NO_STACK,
+            from_realloc: false,
+        }
+    }
+
+    /// Several threads' lanes are merged in time order, but a message that
+    /// depends on another thread's waits for it, whatever its time: a free
+    /// of a block another thread allocated, an allocation at an address
+    /// another thread frees. A free nobody allocated goes through once the
+    /// lanes have nothing else. (One test: the lanes are the process's.)
+    #[test]
+    fn lanes_are_merged_and_a_message_waits_for_the_other_threads_one() {
+        let (mut st, seen) = state(8);
+        st.live.use_starts_only();
+        let (_tx, rx) = crossbeam_channel::bounded::<Msg>(4);
+        let a = lane::test_lane();
+        let b = lane::test_lane();
+
+        // Thread 2 frees what thread 1 allocated, its clock behind (5 < 10).
+        lane::test_push(a, alloc_at(1, 0x100, 10));
+        lane::test_push(b, free_msg(2, 0x100, 5));
+        // Thread 1 frees 0x200 much later than thread 2 allocates it anew
+        // (beyond the slack a lane may run ahead), and times otherwise
+        // interleave.
+        lane::test_push(a, alloc_at(1, 0x200, 20));
+        lane::test_push(b, alloc_at(2, 0x300, 30));
+        lane::test_push(b, alloc_at(2, 0x200, 40));
+        lane::test_push(a, alloc_at(1, 0x400, 50 + SLACK_NS));
+        lane::test_push(a, free_msg(1, 0x200, 60 + 2 * SLACK_NS));
+        assert_eq!(st.drain_in_order(&rx, usize::MAX), 7);
+        // 0x200 (at 20) is within the slack of thread 2's waiting free (at
+        // 5); 0x400 is not.
+        assert_eq!(
+            events(&seen),
+            vec![
+                ('A', 1, 0x100),
+                ('A', 1, 0x200),
+                ('F', 2, 0x100),
+                ('A', 2, 0x300),
+                ('A', 1, 0x400),
+                ('F', 1, 0x200),
+                ('A', 2, 0x200),
+            ]
+        );
+        assert!(st.held_back >= 2);
+        assert_eq!(st.forced, 0);
+
+        // A free of a block never seen allocated: held, then let through.
+        seen.lock().unwrap().clear();
+        lane::test_push(b, free_msg(2, 0x900, 70 + 2 * SLACK_NS));
+        lane::test_push(a, free_msg(1, 0x300 + 0x1000, 80 + 2 * SLACK_NS));
+        lane::test_push(a, free_msg(1, 0x400, 90 + 2 * SLACK_NS));
+        assert_eq!(st.drain_in_order(&rx, usize::MAX), 3);
+        let got = events(&seen);
+        assert_eq!(got.len(), 3);
+        assert!(got.contains(&('F', 1, 0x400)));
+        assert_eq!(st.forced, 2, "the two unknown frees went through");
+        assert!(st.live.is_live(0x300) && !st.live.is_live(0x400));
     }
 
     #[test]
