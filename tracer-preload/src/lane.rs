@@ -40,14 +40,166 @@
 
 use core::cell::UnsafeCell;
 use core::ffi::c_void;
-use core::mem::MaybeUninit;
 use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, Ordering};
 
 use crate::writer::{self, Msg};
 use crate::{sys, tls};
 
-/// Slots of a lane (a power of two): 48 KiB of 48-byte messages.
+/// Slots of a lane (a power of two): 32 KiB of 32-byte messages.
 pub const SLOTS: usize = 1024;
+
+/// A message as a lane holds it: four words, of which a free uses two
+/// (`encode`). Two messages share a cache line, where the channel's 48-byte
+/// `Msg` took three quarters of one; the thread id is the lane's.
+type Slot = [u64; 4];
+
+/// The kind of a slot, in the top byte of its second word (user addresses
+/// are below 2^56 on x86-64, even with five-level page tables).
+const KIND_SHIFT: u32 = 56;
+const LOW_MASK: u64 = (1 << KIND_SHIFT) - 1;
+const ALLOC: u64 = 1;
+const REALLOC_ALLOC: u64 = 2;
+const FREE_MSG: u64 = 3;
+const REALLOC_FREE: u64 = 4;
+const REALLOC_FAILED: u64 = 5;
+const STACK: u64 = 6;
+const MARKER: u64 = 7;
+
+/// The slot of `msg` (boxes are leaked into it, and taken back by
+/// [`decode`]).
+#[inline(always)]
+fn encode(msg: Msg) -> Slot {
+    match msg {
+        Msg::Alloc {
+            time_ns,
+            addr,
+            size,
+            key,
+            from_realloc,
+            ..
+        } => {
+            let kind = if from_realloc { REALLOC_ALLOC } else { ALLOC };
+            [time_ns, addr | kind << KIND_SHIFT, size, key]
+        }
+        Msg::Free { time_ns, addr, .. } => [time_ns, addr | FREE_MSG << KIND_SHIFT, 0, 0],
+        Msg::ReallocFree { time_ns, addr, .. } => {
+            [time_ns, addr | REALLOC_FREE << KIND_SHIFT, 0, 0]
+        }
+        Msg::ReallocFailed { .. } => [0, REALLOC_FAILED << KIND_SHIFT, 0, 0],
+        Msg::Stack { key, frames } => {
+            let len = frames.len() as u64;
+            let p = Box::into_raw(frames) as *mut u64 as u64;
+            [0, len | STACK << KIND_SHIFT, p, key]
+        }
+        Msg::Marker { time_ns, name, .. } => {
+            let len = name.len() as u64;
+            let p = Box::into_raw(name) as *mut u8 as u64;
+            [time_ns, len | MARKER << KIND_SHIFT, p, 0]
+        }
+    }
+}
+
+/// The message of a slot written by [`encode`] in the lane of thread `tid`.
+///
+/// # Safety
+/// `s` came from `encode` and is decoded once (it may own a box).
+#[inline(always)]
+unsafe fn decode(s: &Slot, tid: u32) -> Msg {
+    let low = s[1] & LOW_MASK;
+    match s[1] >> KIND_SHIFT {
+        ALLOC | REALLOC_ALLOC => Msg::Alloc {
+            time_ns: s[0],
+            tid,
+            addr: low,
+            size: s[2],
+            key: s[3],
+            from_realloc: s[1] >> KIND_SHIFT == REALLOC_ALLOC,
+        },
+        FREE_MSG => Msg::Free {
+            time_ns: s[0],
+            tid,
+            addr: low,
+        },
+        REALLOC_FREE => Msg::ReallocFree {
+            time_ns: s[0],
+            tid,
+            addr: low,
+        },
+        STACK => Msg::Stack {
+            key: s[3],
+            frames: Box::from_raw(core::ptr::slice_from_raw_parts_mut(
+                s[2] as *mut u64,
+                low as usize,
+            )),
+        },
+        MARKER => Msg::Marker {
+            time_ns: s[0],
+            tid,
+            name: Box::from_raw(core::str::from_utf8_unchecked_mut(
+                core::slice::from_raw_parts_mut(s[2] as *mut u8, low as usize),
+            )),
+        },
+        _ => Msg::ReallocFailed { tid },
+    }
+}
+
+/// What the writer needs to know of a message before it takes it: its time
+/// and what it depends on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Head {
+    /// The event's time; 0 for a stack or a failed realloc, which come
+    /// first (see `Msg::time`).
+    pub time: u64,
+    pub dep: Dep,
+}
+
+/// A message's dependency on another thread's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dep {
+    None,
+    /// An allocation at this address.
+    Alloc(u64),
+    /// A free (or a realloc's provisional free) of this address.
+    Free(u64),
+}
+
+impl Head {
+    /// The head of a message not in a lane (the channel's).
+    pub fn of(m: &Msg) -> Head {
+        let dep = match *m {
+            Msg::Alloc { addr, .. } => Dep::Alloc(addr),
+            Msg::Free { addr, .. } | Msg::ReallocFree { addr, .. } => Dep::Free(addr),
+            _ => Dep::None,
+        };
+        Head {
+            time: m.time(),
+            dep,
+        }
+    }
+
+    #[inline(always)]
+    fn of_slot(s: &Slot) -> Head {
+        let low = s[1] & LOW_MASK;
+        match s[1] >> KIND_SHIFT {
+            ALLOC | REALLOC_ALLOC => Head {
+                time: s[0],
+                dep: Dep::Alloc(low),
+            },
+            FREE_MSG | REALLOC_FREE => Head {
+                time: s[0],
+                dep: Dep::Free(low),
+            },
+            MARKER => Head {
+                time: s[0],
+                dep: Dep::None,
+            },
+            _ => Head {
+                time: 0,
+                dep: Dep::None,
+            },
+        }
+    }
+}
 
 const FREE: u8 = 0;
 const OWNED: u8 = 1;
@@ -68,7 +220,8 @@ pub struct Lane {
     /// key destructor ran.
     tid: AtomicU32,
     next: AtomicPtr<Lane>,
-    slots: UnsafeCell<[MaybeUninit<Msg>; SLOTS]>,
+    /// Aligned, so that no slot straddles two cache lines.
+    slots: Line<UnsafeCell<[Slot; SLOTS]>>,
 }
 
 // SAFETY: slots in [tail, head) are written by the one owner before `head`
@@ -242,8 +395,8 @@ fn push(lane: &Lane, msg: Msg) -> Option<Msg> {
     // SAFETY: head - tail < SLOTS, so the slot is outside [tail, head): the
     // writer does not read it until `head` moves past it.
     unsafe {
-        let slots = &mut *lane.slots.get();
-        slots[(head as usize) & (SLOTS - 1)].write(msg);
+        let slots = &mut *lane.slots.0.get();
+        slots[(head as usize) & (SLOTS - 1)] = encode(msg);
     }
     lane.head.0.store(head + 1, Ordering::Release);
     // Past half full: make sure the writer is not asleep.
@@ -283,6 +436,9 @@ pub struct View {
     lane: &'static Lane,
     tail: u64,
     head: u64,
+    /// The lane's thread, as the view was made (a lane changes threads only
+    /// once the writer has emptied it).
+    tid: u32,
 }
 
 impl View {
@@ -291,28 +447,32 @@ impl View {
         self.head - self.tail
     }
 
-    /// The next message, left in place.
-    pub fn peek(&self) -> Option<&Msg> {
+    /// The next message's time and dependency, the message left in place.
+    #[inline]
+    pub fn peek(&self) -> Option<Head> {
         if self.tail == self.head {
             return None;
         }
         // SAFETY: [tail, head) was published by the owner (Acquire when the
         // view loaded `head`) and is not taken yet; the owner does not write
         // it again before `tail` moves past it.
-        Some(unsafe {
-            (*self.lane.slots.get())[(self.tail as usize) & (SLOTS - 1)].assume_init_ref()
-        })
+        let s = unsafe { &(*self.lane.slots.0.get())[(self.tail as usize) & (SLOTS - 1)] };
+        Some(Head::of_slot(s))
     }
 
     /// Takes the next message.
+    #[inline]
     pub fn take(&mut self) -> Option<Msg> {
         if self.tail == self.head {
             return None;
         }
-        // SAFETY: as in `peek`; the slot is read once, and given back to the
-        // owner (below, or in `release`) only after that.
+        // SAFETY: as in `peek`; the slot is decoded once, and given back to
+        // the owner (below, or in `release`) only after that.
         let msg = unsafe {
-            (*self.lane.slots.get())[(self.tail as usize) & (SLOTS - 1)].assume_init_read()
+            decode(
+                &(*self.lane.slots.0.get())[(self.tail as usize) & (SLOTS - 1)],
+                self.tid,
+            )
         };
         self.tail += 1;
         // Give slots back as we go, so a waiting owner resumes early.
@@ -351,10 +511,22 @@ pub fn look(views: &mut Vec<View>) -> usize {
         count += 1;
         let head = lane.head.0.load(Ordering::Acquire);
         let tail = lane.tail.0.load(Ordering::Relaxed);
+        let tid = lane.tid.load(Ordering::Relaxed);
         if head != tail {
-            views.push(View { lane, tail, head });
+            views.push(View {
+                lane,
+                tail,
+                head,
+                tid,
+            });
         } else if lane.state.load(Ordering::Relaxed) == ABANDONED {
-            View { lane, tail, head }.release();
+            View {
+                lane,
+                tail,
+                head,
+                tid,
+            }
+            .release();
         }
     }
     count
@@ -370,15 +542,80 @@ pub fn is_empty() -> bool {
     lanes().all(|l| l.head.0.load(Ordering::Acquire) == l.tail.0.load(Ordering::Relaxed))
 }
 
-/// A lane of the calling test, outside any thread's TLS: the test is its
-/// producer.
+/// A lane of the calling test for thread `tid`, outside any thread's TLS:
+/// the test is its producer.
 #[cfg(test)]
-pub fn test_lane() -> &'static Lane {
-    new_lane().expect("a lane")
+pub fn test_lane(tid: u32) -> &'static Lane {
+    let lane = new_lane().expect("a lane");
+    lane.tid.store(tid, Ordering::Relaxed);
+    lane
 }
 
 /// Publishes `msg` into `lane` as its owner would.
 #[cfg(test)]
 pub fn test_push(lane: &Lane, msg: Msg) {
     assert!(push(lane, msg).is_none());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every kind of message comes out of its slot as it went in, with the
+    /// lane's thread, and the slot's head is the message's.
+    #[test]
+    fn a_slot_holds_every_message_whole() {
+        let top = (1u64 << 56) - 16;
+        let msgs = vec![
+            Msg::Alloc {
+                time_ns: u64::MAX - 1,
+                tid: 7,
+                addr: top,
+                size: u64::MAX,
+                key: 0x1234_5678_9abc_def0,
+                from_realloc: false,
+            },
+            Msg::Alloc {
+                time_ns: 1,
+                tid: 7,
+                addr: 0x10,
+                size: 0,
+                key: 0,
+                from_realloc: true,
+            },
+            Msg::Free {
+                time_ns: 99,
+                tid: 7,
+                addr: top,
+            },
+            Msg::ReallocFree {
+                time_ns: 100,
+                tid: 7,
+                addr: 0x7f00_0000_1230,
+            },
+            Msg::ReallocFailed { tid: 7 },
+            Msg::Stack {
+                key: u64::MAX,
+                frames: vec![1, 2, 0x7fff_ffff_ffff].into_boxed_slice(),
+            },
+            Msg::Stack {
+                key: 3,
+                frames: Vec::new().into_boxed_slice(),
+            },
+            Msg::Marker {
+                time_ns: 5,
+                tid: 7,
+                name: "phase \u{e9}".into(),
+            },
+        ];
+        for m in msgs {
+            let expected_head = Head::of(&m);
+            let expected = format!("{m:?}");
+            let slot = encode(m);
+            assert_eq!(Head::of_slot(&slot), expected_head, "{expected}");
+            // SAFETY: the slot came from `encode` and is decoded once.
+            let back = unsafe { decode(&slot, 7) };
+            assert_eq!(format!("{back:?}"), expected);
+        }
+    }
 }

@@ -27,7 +27,9 @@ use crate::intern::{Interned, StackTable, NO_STACK};
 use crate::{fds, lane, objects, scan, sys, syscalls, tls};
 
 /// One message from a hook to the writer. Kept small (48 bytes) because the
-/// channel preallocates a slot per message.
+/// channel preallocates a slot per message (a lane packs it in 32, see
+/// `lane`).
+#[cfg_attr(test, derive(Debug))]
 pub enum Msg {
     Alloc {
         time_ns: u64,
@@ -457,7 +459,7 @@ impl State {
             let heads = views
                 .iter()
                 .enumerate()
-                .filter_map(|(i, v)| v.peek().map(|m| (i, blocked[i], m.time())));
+                .filter_map(|(i, v)| v.peek().map(|h| (i, blocked[i], h.time)));
             let channel = self
                 .held
                 .as_ref()
@@ -500,7 +502,7 @@ impl State {
             };
             if src == CHANNEL {
                 let m = self.held.take().expect("a held message was considered");
-                if self.waits(&m) {
+                if self.waits(lane::Head::of(&m)) {
                     self.held = Some(m);
                     channel_blocked = true;
                     self.held_back += 1;
@@ -518,11 +520,11 @@ impl State {
                 let until = second.saturating_add(SLACK_NS);
                 let first = n;
                 while n < budget {
-                    let Some(m) = v.peek() else { break };
-                    if n > first && m.time() > until {
+                    let Some(h) = v.peek() else { break };
+                    if n > first && h.time > until {
                         break;
                     }
-                    if self.waits(m) {
+                    if self.waits(h) {
                         blocked[src] = true;
                         self.held_back += 1;
                         break;
@@ -551,13 +553,13 @@ impl State {
     /// of an address not live here, which waits for the allocation (a block
     /// handed to another thread and freed there).
     #[inline]
-    fn waits(&mut self, m: &Msg) -> bool {
-        match *m {
-            Msg::Alloc { addr, .. } => {
+    fn waits(&mut self, h: lane::Head) -> bool {
+        match h.dep {
+            lane::Dep::Alloc(addr) => {
                 self.live.is_live(addr) && !self.pending.iter().any(|p| p.1 == addr && !p.3)
             }
-            Msg::Free { addr, .. } | Msg::ReallocFree { addr, .. } => !self.live.is_live(addr),
-            _ => false,
+            lane::Dep::Free(addr) => !self.live.is_live(addr),
+            lane::Dep::None => false,
         }
     }
 
@@ -568,7 +570,7 @@ impl State {
         let lanes = views
             .iter()
             .enumerate()
-            .filter_map(|(i, v)| v.peek().map(|m| (m.time(), i)));
+            .filter_map(|(i, v)| v.peek().map(|h| (h.time, i)));
         let channel = self.held.as_ref().map(|m| (m.time(), usize::MAX));
         let Some((_, src)) = lanes.chain(channel).min() else {
             return;
@@ -1033,8 +1035,8 @@ mod tests {
         let (mut st, seen) = state(8);
         st.live.use_starts_only();
         let (_tx, rx) = crossbeam_channel::bounded::<Msg>(4);
-        let a = lane::test_lane();
-        let b = lane::test_lane();
+        let a = lane::test_lane(1);
+        let b = lane::test_lane(2);
 
         // Thread 2 frees what thread 1 allocated, its clock behind (5 < 10).
         lane::test_push(a, alloc_at(1, 0x100, 10));
