@@ -118,6 +118,7 @@ PY=/usr/bin/python3
 workload "alloc_chain 1M pairs, 20 deep, frame pointers" "" "$work/chain_fp" 1000000
 workload "alloc_chain 1M pairs, 20 deep, no frame pointers" "" "$work/chain_nofp" 1000000
 workload "alloc_chain 1M pairs, 2 threads" "" "$work/chain_fp" 1000000 2
+workload "alloc_chain 1M pairs, 4 threads" "" "$work/chain_fp" 1000000 4
 workload "python3 300k-entry dict, PYTHONMALLOC=malloc" "PYTHONMALLOC=malloc PYTHONHASHSEED=0" $PY -c 'd = {str(i): i for i in range(300000)}'
 workload "perl 300k-entry hash" "" /usr/bin/perl -e 'my %h; $h{$_} = $_ for 1..300000;'
 workload "ls -l /usr/bin (short process)" "" /bin/ls -l /usr/bin

@@ -18,14 +18,14 @@
 //! thread publishes its allocation after `malloc` returned. So once the
 //! writer has loaded the allocating lane's `head` (`Acquire`), a fresh load
 //! of the freeing lane's `head` includes the free. The writer
-//! (`writer::State::drain_lanes`) therefore takes the lanes' messages
+//! (`writer::State::drain_ordered`) therefore takes the lanes' messages
 //! roughly in time order and holds back an allocation at an address its
 //! table still has live until the other lanes, loaded again, have given
 //! the free; if they have none (a free the hooks never saw), the
 //! allocation goes through as it would have before.
 //!
 //! **Lifetime.** A lane is taken on a thread's first message (a free one,
-//! or a new one: 48 KiB, of which only the slots written become resident)
+//! or a new one: 32 KiB, of which only the slots written become resident)
 //! and given back by a `pthread` key destructor when the thread exits: it is
 //! then *abandoned*, and the writer makes it free again once it has taken
 //! every message in it. A thread that records again after the destructor
@@ -34,6 +34,9 @@
 //! was then empty: its messages all precede the new ones). Lanes are never
 //! unmapped. A fork child forgets the parent's messages (their boxes are
 //! the parent's to free) and every lane is free again there.
+//!
+//! A slot is four words (see `encode`): two messages to a cache line, and
+//! the thread id is the lane's, not repeated in every message.
 //!
 //! `TRACER_LANE=0` (private, for measurements) sends every message through
 //! the shared channel instead.

@@ -66,9 +66,10 @@ static CONFIG: AtomicPtr<Config> = AtomicPtr::new(core::ptr::null_mut());
 /// Allocation events are wanted (false when only system calls are written).
 static ALLOCS: AtomicBool = AtomicBool::new(true);
 
-/// Messages the channel holds (48 bytes each: 192 KiB, all resident as the
-/// ring turns). The writer is the slower side, so the queue is full most of
-/// the time under load whatever its length; 16 Ki took 576 KiB more.
+/// Messages the channel holds (48 bytes each: 192 KiB, resident only as far
+/// as the ring turned). Only threads without a lane use it (`TRACER_LANE=0`,
+/// or no memory for a lane); the writer is the slower side, so the queue is
+/// full most of the time under load whatever its length.
 const CHANNEL_CAPACITY: usize = 4 * 1024;
 /// The exit drain gives up after this long without progress from the writer.
 const STALL_LIMIT: Duration = Duration::from_secs(5);
