@@ -68,10 +68,11 @@ const REALLOC_FAILED: u64 = 5;
 const STACK: u64 = 6;
 const MARKER: u64 = 7;
 
-/// The slot of `msg` (boxes are leaked into it, and taken back by
-/// [`decode`]).
+/// Writes `msg` into slot `s` (boxes are leaked into it, and taken back by
+/// [`decode`]); a free writes two words, the rest of the slot keeps what it
+/// held.
 #[inline(always)]
-fn encode(msg: Msg) -> Slot {
+fn encode(s: &mut Slot, msg: Msg) {
     match msg {
         Msg::Alloc {
             time_ns,
@@ -82,22 +83,26 @@ fn encode(msg: Msg) -> Slot {
             ..
         } => {
             let kind = if from_realloc { REALLOC_ALLOC } else { ALLOC };
-            [time_ns, addr | kind << KIND_SHIFT, size, key]
+            *s = [time_ns, addr | kind << KIND_SHIFT, size, key];
         }
-        Msg::Free { time_ns, addr, .. } => [time_ns, addr | FREE_MSG << KIND_SHIFT, 0, 0],
+        Msg::Free { time_ns, addr, .. } => {
+            s[0] = time_ns;
+            s[1] = addr | FREE_MSG << KIND_SHIFT;
+        }
         Msg::ReallocFree { time_ns, addr, .. } => {
-            [time_ns, addr | REALLOC_FREE << KIND_SHIFT, 0, 0]
+            s[0] = time_ns;
+            s[1] = addr | REALLOC_FREE << KIND_SHIFT;
         }
-        Msg::ReallocFailed { .. } => [0, REALLOC_FAILED << KIND_SHIFT, 0, 0],
+        Msg::ReallocFailed { .. } => s[1] = REALLOC_FAILED << KIND_SHIFT,
         Msg::Stack { key, frames } => {
             let len = frames.len() as u64;
             let p = Box::into_raw(frames) as *mut u64 as u64;
-            [0, len | STACK << KIND_SHIFT, p, key]
+            *s = [0, len | STACK << KIND_SHIFT, p, key];
         }
         Msg::Marker { time_ns, name, .. } => {
             let len = name.len() as u64;
             let p = Box::into_raw(name) as *mut u8 as u64;
-            [time_ns, len | MARKER << KIND_SHIFT, p, 0]
+            *s = [time_ns, len | MARKER << KIND_SHIFT, p, 0];
         }
     }
 }
@@ -361,17 +366,36 @@ fn take() -> Option<&'static Lane> {
     Some(lane)
 }
 
-/// A new lane, owned, added to the list.
+/// Bytes of a lane's mapping.
+const LANE_BYTES: usize = core::mem::size_of::<Lane>().next_multiple_of(4096);
+
+/// A new lane, owned, added to the list. Its memory is a mapping of its
+/// own, not the program's heap: a 32 KiB block carved from the main arena
+/// at the first allocation changed how glibc later consolidated perl's heap
+/// (+2% of its thread's instructions in `malloc_consolidate`), and a lane
+/// left in the heap would be scanned as the program's memory.
 #[cold]
 fn new_lane() -> Option<&'static Lane> {
-    let layout = std::alloc::Layout::new::<Lane>();
-    // SAFETY: the layout is non-zero; an all-zero Lane is a valid empty lane
-    // (counters 0, state FREE, no next).
-    let p = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<Lane>();
-    if p.is_null() {
+    // SAFETY: an anonymous private mapping, no file, no fixed address; the
+    // raw system call keeps it out of the syscall capture.
+    let p = unsafe {
+        libc::syscall(
+            libc::SYS_mmap,
+            0usize,
+            LANE_BYTES,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1i32,
+            0usize,
+        )
+    };
+    if p == -1 || p == 0 {
         return None;
     }
-    // SAFETY: `p` is a fresh, exclusively owned allocation.
+    let p = p as usize as *mut Lane;
+    // SAFETY: `p` is a fresh, exclusively owned mapping of zero pages, big
+    // enough and page-aligned; an all-zero Lane is a valid empty lane
+    // (counters 0, state FREE, no next).
     let l = unsafe { &*p };
     l.state.store(OWNED, Ordering::Relaxed);
     let mut first = LANES.load(Ordering::Acquire);
@@ -399,7 +423,7 @@ fn push(lane: &Lane, msg: Msg) -> Option<Msg> {
     // writer does not read it until `head` moves past it.
     unsafe {
         let slots = &mut *lane.slots.0.get();
-        slots[(head as usize) & (SLOTS - 1)] = encode(msg);
+        encode(&mut slots[(head as usize) & (SLOTS - 1)], msg);
     }
     lane.head.0.store(head + 1, Ordering::Release);
     // Past half full: make sure the writer is not asleep.
@@ -535,6 +559,17 @@ pub fn look(views: &mut Vec<View>) -> usize {
     count
 }
 
+/// The lanes' memory, which the leak scan never reads as roots (their
+/// slots hold the addresses of blocks freed long ago).
+pub fn ranges() -> Vec<(u64, u64)> {
+    lanes()
+        .map(|l| {
+            let a = l as *const Lane as u64;
+            (a, a + LANE_BYTES as u64)
+        })
+        .collect()
+}
+
 /// How many lanes were made (`TRACER_STACK_STATS`).
 pub fn made() -> usize {
     lanes().count()
@@ -614,7 +649,8 @@ mod tests {
         for m in msgs {
             let expected_head = Head::of(&m);
             let expected = format!("{m:?}");
-            let slot = encode(m);
+            let mut slot = [u64::MAX; 4];
+            encode(&mut slot, m);
             assert_eq!(Head::of_slot(&slot), expected_head, "{expected}");
             // SAFETY: the slot came from `encode` and is decoded once.
             let back = unsafe { decode(&slot, 7) };

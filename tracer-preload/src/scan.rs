@@ -1777,6 +1777,7 @@ pub fn run(live: &mut Live, at: &ExitPoint) -> (Vec<(u64, LeakKind)>, Stats) {
     let mut excluded = own_writable();
     excluded.extend(classifier.own_ranges());
     excluded.extend(writer_stack);
+    excluded.extend(crate::lane::ranges());
     let (mut sps, unknown) = other_threads(&[at.tid, sys::raw_gettid()]);
     let alone = sps.is_empty() && unknown == 0;
     sps.push(at.sp);
