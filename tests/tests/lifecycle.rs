@@ -183,8 +183,18 @@ fn two_threads_record_through_their_lanes_in_order() {
     assert_eq!(bytes, 13_358_240, "lane_handover.c's stated sum");
     let own = Figures::new(208_192, 208_192, bytes, 0, 0);
     let dtv = dtv_bytes_for(&bin, Some(&tracer_lib()));
-    for _ in 0..5 {
-        let run = run_traced(&cmd, &[("TRACER_STACK_STATS", "1")]);
+    // The writer's table of live blocks in its three forms: start bits (an
+    // mlyze output), start and size bytes (dumpalloc alone), start bits
+    // without sizes (the leak scan off).
+    let modes: [&[(&str, &str)]; 3] = [
+        &[],
+        &[("TRACER_FORMAT", "dumpalloc")],
+        &[("TRACER_LEAK_SCAN", "0")],
+    ];
+    for mode in modes.iter().flat_map(|m| [m; 4]) {
+        let mut env = vec![("TRACER_STACK_STATS", "1")];
+        env.extend_from_slice(mode);
+        let run = run_traced(&cmd, &env);
         assert_same_behaviour(&plain, &run, "lane_handover");
         let trace = single_trace(&run);
         assert_trace_figures(&trace, own.plus_live(1, dtv), "lane_handover");
