@@ -56,14 +56,20 @@ LSAN=$(ls /usr/lib/x86_64-linux-gnu/liblsan.so.0 2>/dev/null || true)
 have_heaptrack=0
 command -v heaptrack >/dev/null && have_heaptrack=1
 
-# measure TAG CMD...: one run, appends "TAG wall_seconds max_rss_kib" to $work/times
+# measure TAG CMD...: one run, appends "TAG wall_seconds max_rss_kib" to $work/times.
+# The wall time is taken around GNU time with the shell's nanosecond clock
+# (GNU time's own %e counts in 10 ms steps: a 20 ms run would read 0.02 or
+# 0.03); GNU time gives the peak RSS.
 measure() {
     local tag=$1; shift
     local d="$work/run-$tag"
     rm -rf "$d"; mkdir -p "$d"
-    ( cd "$d" && /usr/bin/time -f "%e %M" -o "$d/time" "$@" >/dev/null 2>"$d/stderr" ) || {
+    local t0 t1
+    t0=$(date +%s%N)
+    ( cd "$d" && /usr/bin/time -f "%M" -o "$d/time" "$@" >/dev/null 2>"$d/stderr" ) || {
         echo "bench: '$*' failed under $tag:" >&2; cat "$d/stderr" >&2; return 1; }
-    echo "$tag $(cat "$d/time")" >> "$work/times"
+    t1=$(date +%s%N)
+    echo "$tag $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.4f", (b - a) / 1e9 }') $(tail -n 1 "$d/time")" >> "$work/times"
 }
 
 # workload NAME "VAR=VALUE ..." CMD...: RUNS interleaved rounds of untraced /
@@ -102,7 +108,6 @@ for tag in ("libtracer", "heaptrack", "lsan"):
     if tag not in rows:
         cells.append("n/a"); continue
     w = statistics.median(w for w, _ in rows[tag]); m = statistics.median(m for _, m in rows[tag])
-    # GNU time counts in 10 ms steps: a short process may take "0.00" s.
     ratio = f"{w/base_w:.2f}x" if base_w > 0 else "n/a"
     cells.append(f"{ratio} ({w*1000:.0f} ms), {m/1024:.1f} MiB (+{(m-base_m)/1024:.1f})")
 print("| " + " | ".join(cells) + " |")
