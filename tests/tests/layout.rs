@@ -80,7 +80,7 @@ fn hot_path_functions_sit_together_at_the_start_of_text() {
         "tracer::cfi::walk_quick",
         "tracer::unwind::capture_cached",
         "tracer::lifecycle::on_alloc",
-        "tracer::lifecycle::send",
+        "tracer::writer::State::drain_in_order",
         "tracer::writer::State::handle",
         "tracer::intern::stack_key",
         "<format_writers::mlyze::writer::Writer<W> as format_writers::TraceWriter>::write",
