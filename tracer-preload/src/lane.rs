@@ -46,7 +46,7 @@ use core::ffi::c_void;
 use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, Ordering};
 
 use crate::writer::{self, Msg};
-use crate::{sys, tls};
+use crate::{plist, sys, tls};
 
 /// Slots of a lane (a power of two): 32 KiB of 32-byte messages.
 pub const SLOTS: usize = 1024;
@@ -238,8 +238,14 @@ pub struct Lane {
 // touched by the owner, inside its guard.
 unsafe impl Sync for Lane {}
 
-/// Every lane ever made (a push-only list; lanes are never freed).
-static LANES: AtomicPtr<Lane> = AtomicPtr::new(core::ptr::null_mut());
+/// Every lane ever made (lanes are never freed).
+static LANES: plist::List<Lane> = plist::List::new();
+
+impl plist::Node for Lane {
+    fn next(&self) -> &AtomicPtr<Lane> {
+        &self.next
+    }
+}
 /// The `pthread` key whose destructor abandons an exiting thread's lane.
 static KEY: AtomicU64 = AtomicU64::new(u64::MAX);
 /// `TRACER_LANE=0`: every message goes through the channel.
@@ -296,16 +302,7 @@ pub fn after_fork_child() {
 }
 
 fn lanes() -> impl Iterator<Item = &'static Lane> {
-    let mut p = LANES.load(Ordering::Acquire);
-    core::iter::from_fn(move || {
-        if p.is_null() {
-            return None;
-        }
-        // SAFETY: lanes are never freed.
-        let l = unsafe { &*p };
-        p = l.next.load(Ordering::Acquire);
-        Some(l)
-    })
+    LANES.iter()
 }
 
 // ---------------------------------------------------------------- producer
@@ -398,14 +395,7 @@ fn new_lane() -> Option<&'static Lane> {
     // (counters 0, state FREE, no next).
     let l = unsafe { &*p };
     l.state.store(OWNED, Ordering::Relaxed);
-    let mut first = LANES.load(Ordering::Acquire);
-    loop {
-        l.next.store(first, Ordering::Relaxed);
-        match LANES.compare_exchange_weak(first, p, Ordering::AcqRel, Ordering::Acquire) {
-            Ok(_) => break,
-            Err(now) => first = now,
-        }
-    }
+    LANES.push(l);
     Some(l)
 }
 

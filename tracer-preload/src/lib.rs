@@ -13,6 +13,8 @@
 //! | [`tls`] | per-thread guard, tid, stack bounds, sent-stack cache |
 //! | [`hooks`] | bodies of the exported functions |
 //! | [`lifecycle`] | state machine, start-up, hand-off, fork, exec, exit |
+//! | [`lane`] | each thread's ring of allocation messages, and their order across threads |
+//! | [`plist`] | the grow-only list of per-thread buffers (lanes, syscall rings) |
 //! | [`unwind`] | stack capture: `dwarf` (default) and `fp` |
 //! | [`cfi`] | the cached `.eh_frame` unwinder behind `dwarf` |
 //! | [`intern`] | stack keys and the writer's stack table |
@@ -42,6 +44,7 @@ mod lane;
 #[cfg_attr(test, allow(dead_code))]
 mod lifecycle;
 mod objects;
+mod plist;
 mod preload;
 #[cfg_attr(test, allow(dead_code))]
 mod scan;

@@ -185,29 +185,12 @@ pub fn run(
     ctl: &Control,
 ) -> Receiver<Msg> {
     tls::enter_forever();
-    let mut st = State {
+    let mut st = State::new(
         outputs,
-        stacks: StackTable::new(),
-        depth: setup.depth,
-        symbolize: setup.symbolize,
-        executable: setup.process.executable.clone(),
-        addresses: HashSet::default(),
-        objects: objects::Known::default(),
-        threads: HashSet::default(),
-        pending: Vec::new(),
-        last_time: 0,
-        last_tid: 0,
-        failed: false,
-        live: scan::Live::default(),
-        stack_messages: 0,
-        lane_messages: 0,
-        channel_messages: 0,
-        held_back: 0,
-        forced: 0,
-        held: None,
-        views: Vec::new(),
-        blocked: Vec::new(),
-    };
+        setup.depth,
+        setup.symbolize,
+        setup.process.executable.clone(),
+    );
     // The sizes of the blocks live at exit can be read back from a trace
     // that replays its allocations: the live table then keeps starts only.
     if !scan::enabled() {
@@ -345,6 +328,32 @@ pub fn wake() {
 }
 
 impl State {
+    fn new(outputs: Vec<Output>, depth: usize, symbolize: Symbolize, executable: String) -> State {
+        State {
+            outputs,
+            stacks: StackTable::new(),
+            depth,
+            symbolize,
+            executable,
+            addresses: HashSet::default(),
+            objects: objects::Known::default(),
+            threads: HashSet::default(),
+            pending: Vec::new(),
+            last_time: 0,
+            last_tid: 0,
+            failed: false,
+            live: scan::Live::default(),
+            stack_messages: 0,
+            lane_messages: 0,
+            channel_messages: 0,
+            held_back: 0,
+            forced: 0,
+            held: None,
+            views: Vec::new(),
+            blocked: Vec::new(),
+        }
+    }
+
     fn emit(&mut self, record: &Record) {
         if self.failed {
             return;
@@ -960,29 +969,7 @@ mod tests {
             writer: Box::new(Collect(seen.clone())),
             syscalls: false,
         };
-        let st = State {
-            outputs: vec![out],
-            stacks: StackTable::new(),
-            depth,
-            symbolize: Symbolize::Exit,
-            executable: String::new(),
-            addresses: HashSet::default(),
-            objects: objects::Known::default(),
-            threads: HashSet::default(),
-            pending: Vec::new(),
-            last_time: 0,
-            last_tid: 0,
-            failed: false,
-            live: scan::Live::default(),
-            stack_messages: 0,
-            lane_messages: 0,
-            channel_messages: 0,
-            held_back: 0,
-            forced: 0,
-            held: None,
-            views: Vec::new(),
-            blocked: Vec::new(),
-        };
+        let st = State::new(vec![out], depth, Symbolize::Exit, String::new());
         (st, seen)
     }
 

@@ -40,7 +40,7 @@ use core::sync::atomic::{AtomicPtr, AtomicU64, AtomicU8, Ordering};
 
 use format_writers::{SyscallArgView, SyscallView};
 
-use crate::{lifecycle, sys, tls, writer};
+use crate::{lifecycle, plist, sys, tls, writer};
 
 /// Bytes of one ring (a power of two).
 const CAP: usize = 128 * 1024;
@@ -88,8 +88,14 @@ pub struct Ring {
 // after loading `head`; the two ranges never overlap (see the module doc).
 unsafe impl Sync for Ring {}
 
-/// Every ring ever created (a push-only list; rings are never freed).
-static RINGS: AtomicPtr<Ring> = AtomicPtr::new(core::ptr::null_mut());
+/// Every ring ever created (rings are never freed).
+static RINGS: plist::List<Ring> = plist::List::new();
+
+impl plist::Node for Ring {
+    fn next(&self) -> &AtomicPtr<Ring> {
+        &self.next
+    }
+}
 /// The `pthread` key whose destructor gives a thread's ring back.
 static KEY: AtomicU64 = AtomicU64::new(u64::MAX);
 
@@ -159,19 +165,13 @@ fn first_ring() -> Option<&'static Ring> {
 
 #[cold]
 fn take_ring() -> Option<&'static Ring> {
-    let mut p = RINGS.load(Ordering::Acquire);
-    while !p.is_null() {
-        // SAFETY: rings are never freed.
-        let r = unsafe { &*p };
-        if r.state
-            .compare_exchange(FREE, OWNED, Ordering::Acquire, Ordering::Relaxed)
-            .is_ok()
-        {
-            return Some(r);
-        }
-        p = r.next.load(Ordering::Acquire);
-    }
-    new_ring(OWNED)
+    rings()
+        .find(|r| {
+            r.state
+                .compare_exchange(FREE, OWNED, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+        })
+        .or_else(|| new_ring(OWNED))
 }
 
 /// A new ring in `state`, added to the list.
@@ -187,27 +187,12 @@ fn new_ring(state: u8) -> Option<&'static Ring> {
     // SAFETY: `p` is a fresh, exclusively owned allocation.
     let r = unsafe { &*p };
     r.state.store(state, Ordering::Relaxed);
-    let mut first = RINGS.load(Ordering::Acquire);
-    loop {
-        r.next.store(first, Ordering::Relaxed);
-        match RINGS.compare_exchange_weak(first, p, Ordering::AcqRel, Ordering::Acquire) {
-            Ok(_) => return Some(r),
-            Err(now) => first = now,
-        }
-    }
+    RINGS.push(r);
+    Some(r)
 }
 
 fn rings() -> impl Iterator<Item = &'static Ring> {
-    let mut p = RINGS.load(Ordering::Acquire);
-    core::iter::from_fn(move || {
-        if p.is_null() {
-            return None;
-        }
-        // SAFETY: rings are never freed.
-        let r = unsafe { &*p };
-        p = r.next.load(Ordering::Acquire);
-        Some(r)
-    })
+    RINGS.iter()
 }
 
 // ---------------------------------------------------------------- producer
