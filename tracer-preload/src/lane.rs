@@ -171,6 +171,18 @@ pub enum Dep {
     Free(u64),
 }
 
+impl Dep {
+    /// What a message with this dependency waits for: the free of an
+    /// allocation's address, the allocation of a freed one.
+    pub fn counterpart(self) -> Dep {
+        match self {
+            Dep::Alloc(a) => Dep::Free(a),
+            Dep::Free(a) => Dep::Alloc(a),
+            Dep::None => Dep::None,
+        }
+    }
+}
+
 impl Head {
     /// The head of a message not in a lane (the channel's).
     pub fn of(m: &Msg) -> Head {
@@ -477,6 +489,16 @@ impl View {
         Some(Head::of_slot(s))
     }
 
+    /// Whether a message of this view has dependency `dep` (a walk over
+    /// every message in it).
+    pub fn holds(&self, dep: Dep) -> bool {
+        (self.tail..self.head).any(|i| {
+            // SAFETY: as in `peek`, for every slot of [tail, head).
+            let s = unsafe { &(*self.lane.slots.0.get())[(i as usize) & (SLOTS - 1)] };
+            Head::of_slot(s).dep == dep
+        })
+    }
+
     /// Takes the next message.
     #[inline]
     pub fn take(&mut self) -> Option<Msg> {
@@ -579,10 +601,15 @@ pub fn test_lane(tid: u32) -> &'static Lane {
     lane
 }
 
-/// Publishes `msg` into `lane` as its owner would.
+/// Publishes `msg` into `lane` as its owner would, waiting while it is
+/// full.
 #[cfg(test)]
 pub fn test_push(lane: &Lane, msg: Msg) {
-    assert!(push(lane, msg).is_none());
+    let mut msg = msg;
+    while let Some(m) = push(lane, msg) {
+        msg = m;
+        std::thread::yield_now();
+    }
 }
 
 #[cfg(test)]
