@@ -21,8 +21,9 @@
 //! (`writer::State::drain_ordered`) therefore takes the lanes' messages
 //! roughly in time order and holds back an allocation at an address its
 //! table still has live until the other lanes, loaded again, have given
-//! the free; if they have none (a free the hooks never saw), the
-//! allocation goes through as it would have before.
+//! the free (and a free of a block not live until they have given its
+//! allocation); if no lane holds it after a fresh look (a free the hooks
+//! never saw), the message goes through as it would have before.
 //!
 //! **Lifetime.** A lane is taken on a thread's first message (a free one,
 //! or a new one: 32 KiB, of which only the slots written become resident)
