@@ -508,8 +508,7 @@ impl State {
                 let orphans = self.force_orphans(views);
                 n += orphans;
                 if orphans == 0 && since_look == 0 && after == before {
-                    self.force_earliest(views);
-                    n += 1;
+                    n += self.force_earliest(views);
                 }
                 since_look = 0;
                 continue;
@@ -612,28 +611,29 @@ impl State {
         forced
     }
 
-    /// Every source's next message waits for a free nobody published: the
-    /// earliest of them goes through.
+    /// Every source's next message waits for a message nobody published:
+    /// the earliest of them goes through; returns how many (0 or 1).
     #[cold]
-    fn force_earliest(&mut self, views: &mut [lane::View]) {
+    fn force_earliest(&mut self, views: &mut [lane::View]) -> usize {
         let lanes = views
             .iter()
             .enumerate()
             .filter_map(|(i, v)| v.peek().map(|h| (h.time, i)));
         let channel = self.held.as_ref().map(|m| (m.time(), usize::MAX));
         let Some((_, src)) = lanes.chain(channel).min() else {
-            return;
+            return 0;
         };
-        self.forced += 1;
-        if src == usize::MAX {
-            if let Some(m) = self.held.take() {
-                self.channel_messages += 1;
-                self.handle(m);
-            }
-        } else if let Some(m) = views[src].take() {
+        let m = if src == usize::MAX {
+            self.channel_messages += 1;
+            self.held.take()
+        } else {
             self.lane_messages += 1;
-            self.handle(m);
-        }
+            views[src].take()
+        };
+        let Some(m) = m else { return 0 };
+        self.forced += 1;
+        self.handle(m);
+        1
     }
 
     /// Writes the system calls the program's threads queued in their rings
