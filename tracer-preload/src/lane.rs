@@ -326,27 +326,36 @@ fn lanes() -> impl Iterator<Item = &'static Lane> {
 #[inline(always)]
 pub fn offer(msg: Msg) -> Option<Msg> {
     let p = tls::hot().lane.get().cast::<Lane>();
-    let lane = if p.is_null() {
+    let lane = if (p as usize) > NO_LANE {
+        // SAFETY: lanes are never freed.
+        unsafe { &*p }
+    } else if p.is_null() {
         match sys::keep_errno(take) {
             Some(l) => l,
             None => return Some(msg),
         }
     } else {
-        // SAFETY: lanes are never freed.
-        unsafe { &*p }
+        return Some(msg);
     };
     push(lane, msg)
 }
 
+/// `Hot::lane` of a thread that could not get a lane (`TRACER_LANE=0`, or
+/// no memory for one): its messages go through the channel without another
+/// try (a failing `mmap` per message otherwise).
+const NO_LANE: usize = 1;
+
 /// Takes a lane for this thread: its own abandoned one, a free one, or a
-/// new one; registers it for the thread's exit.
+/// new one; registers it for the thread's exit. `None` (and the thread
+/// marked [`NO_LANE`]) when lanes are refused or none can be made.
 #[cold]
 #[inline(never)]
 fn take() -> Option<&'static Lane> {
+    let hot = tls::hot();
     if REFUSED.load(Ordering::Relaxed) {
+        hot.lane.set(NO_LANE as *mut c_void);
         return None;
     }
-    let hot = tls::hot();
     let tid = hot.tid();
     let own = lanes().find(|l| {
         l.tid.load(Ordering::Relaxed) == tid
@@ -362,7 +371,13 @@ fn take() -> Option<&'static Lane> {
                 .is_ok()
         }) {
             Some(l) => l,
-            None => new_lane()?,
+            None => match new_lane() {
+                Some(l) => l,
+                None => {
+                    hot.lane.set(NO_LANE as *mut c_void);
+                    return None;
+                }
+            },
         },
     };
     lane.tid.store(tid, Ordering::Relaxed);
