@@ -1037,9 +1037,6 @@ mod tests {
         }
     }
 
-    /// The lanes are the process's: the tests that drain them take turns.
-    static LANES_IN_USE: Mutex<()> = Mutex::new(());
-
     fn free_msg(tid: u32, addr: u64, time_ns: u64) -> Msg {
         Msg::Free { time_ns, tid, addr }
     }
@@ -1062,7 +1059,7 @@ mod tests {
     /// lanes have nothing else. (One test: the lanes are the process's.)
     #[test]
     fn lanes_are_merged_and_a_message_waits_for_the_other_threads_one() {
-        let _turn = LANES_IN_USE.lock().unwrap_or_else(|e| e.into_inner());
+        let _turn = lane::TEST_TURN.lock().unwrap_or_else(|e| e.into_inner());
         let (mut st, seen) = state(8);
         st.live.use_starts_only();
         let (_tx, rx) = crossbeam_channel::bounded::<Msg>(4);
@@ -1117,7 +1114,7 @@ mod tests {
     /// stall, its lane full, for as long as the others allocate).
     #[test]
     fn a_message_waiting_for_an_event_never_seen_does_not_wait_for_idle_lanes() {
-        let _turn = LANES_IN_USE.lock().unwrap_or_else(|e| e.into_inner());
+        let _turn = lane::TEST_TURN.lock().unwrap_or_else(|e| e.into_inner());
         let (mut st, seen) = state(8);
         st.live.use_starts_only();
         let (_tx, rx) = crossbeam_channel::bounded::<Msg>(4);
@@ -1133,7 +1130,7 @@ mod tests {
             lane::test_push(b, free_msg(9, addr, 4 + 2 * i));
         };
         // Lane b full before the writer first looks, and kept busy after.
-        let ahead = lane::SLOTS as u64 / 2;
+        let ahead = lane::capacity(b) / 2;
         (0..ahead).for_each(pair);
         let producer = std::thread::spawn(move || (ahead..PAIRS).for_each(pair));
         let mut n = 0;
@@ -1148,7 +1145,10 @@ mod tests {
             .expect("the allocation is written");
         // Before it at most what lane b held at the first look and at the
         // next (a lane holds 1,024), and the first allocation of 0x5000.
-        assert!(at <= 1 + 2 * lane::SLOTS, "written after {at} events");
+        assert!(
+            at as u64 <= 1 + 2 * lane::capacity(b),
+            "written after {at} events"
+        );
         assert_eq!(got.len(), 2 + 2 * PAIRS as usize);
         assert_eq!(st.forced, 1);
     }
