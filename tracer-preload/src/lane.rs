@@ -427,10 +427,9 @@ fn take() -> Option<&'static Lane> {
 const LANE_BYTES: usize = core::mem::size_of::<Lane>().next_multiple_of(4096);
 
 /// A new lane, owned, added to the list. Its memory is a mapping of its
-/// own, not the program's heap: a 32 KiB block carved from the main arena
-/// at the first allocation changed how glibc later consolidated perl's heap
-/// (+2% of its thread's instructions in `malloc_consolidate`), and a lane
-/// left in the heap would be scanned as the program's memory.
+/// own, not the program's heap: a lane taken from glibc's main arena at
+/// the program's first allocation would change where the program's own
+/// blocks go (the static lane before it did not).
 #[cold]
 fn new_lane() -> Option<&'static Lane> {
     // SAFETY: an anonymous private mapping, no file, no fixed address; the
@@ -618,8 +617,9 @@ pub fn look(views: &mut Vec<View>) -> usize {
     count
 }
 
-/// The lanes' memory, which the leak scan never reads as roots (their
-/// slots hold the addresses of blocks freed long ago).
+/// The lanes' memory, the tracer's and not the program's: the leak scan
+/// never reads it as roots. (No slot word looks like a block's address
+/// anyway: an address word carries its kind in the top byte.)
 pub fn ranges() -> Vec<(u64, u64)> {
     lanes()
         .map(|l| {

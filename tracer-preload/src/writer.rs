@@ -1026,21 +1026,16 @@ mod tests {
             .collect()
     }
 
+    /// An 8-byte allocation at time 10.
     fn alloc(tid: u32, addr: u64, realloc: bool) -> Msg {
-        Msg::Alloc {
-            time_ns: 10,
-            tid,
-            addr,
-            size: 8,
-            key: NO_STACK,
-            from_realloc: realloc,
+        let mut m = alloc_at(tid, addr, 10);
+        if let Msg::Alloc { from_realloc, .. } = &mut m {
+            *from_realloc = realloc;
         }
+        m
     }
 
-    fn free_msg(tid: u32, addr: u64, time_ns: u64) -> Msg {
-        Msg::Free { time_ns, tid, addr }
-    }
-
+    /// An 8-byte allocation (not a realloc's) at `time_ns`.
     fn alloc_at(tid: u32, addr: u64, time_ns: u64) -> Msg {
         Msg::Alloc {
             time_ns,
@@ -1052,11 +1047,15 @@ mod tests {
         }
     }
 
+    fn free_msg(tid: u32, addr: u64, time_ns: u64) -> Msg {
+        Msg::Free { time_ns, tid, addr }
+    }
+
     /// Several threads' lanes are merged in time order, but a message that
     /// depends on another thread's waits for it, whatever its time: a free
     /// of a block another thread allocated, an allocation at an address
-    /// another thread frees. A free nobody allocated goes through once the
-    /// lanes have nothing else. (One test: the lanes are the process's.)
+    /// another thread frees. A free of a block no lane allocates goes
+    /// through at the next fresh look.
     #[test]
     fn lanes_are_merged_and_a_message_waits_for_the_other_threads_one() {
         let _turn = lane::TEST_TURN.lock().unwrap_or_else(|e| e.into_inner());
@@ -1106,6 +1105,54 @@ mod tests {
         assert!(got.contains(&('F', 1, 0x400)));
         assert_eq!(st.forced, 2, "the two unknown frees went through");
         assert!(st.live.is_live(0x300) && !st.live.is_live(0x400));
+    }
+
+    /// After a fresh look, a waiting message goes through when no other
+    /// lane holds its counterpart, and only then: the allocation of 0x5000
+    /// waits while lane b holds a free of 0x5000 (behind another message),
+    /// and goes at once when b holds none.
+    #[test]
+    fn a_waiting_message_goes_only_when_no_lane_holds_its_counterpart() {
+        let _turn = lane::TEST_TURN.lock().unwrap_or_else(|e| e.into_inner());
+        let (mut st, seen) = state(8);
+        st.live.use_starts_only();
+        let (_tx, rx) = crossbeam_channel::bounded::<Msg>(4);
+        st.handle(alloc_at(7, 0x5000, 1));
+        let a = lane::test_lane(8);
+        let b = lane::test_lane(9);
+        let mut views = Vec::new();
+
+        lane::test_push(a, alloc_at(8, 0x5000, 2));
+        lane::test_push(b, alloc_at(9, 0x9000, 3));
+        lane::test_push(b, free_msg(9, 0x5000, 4));
+        lane::look(&mut views);
+        assert_eq!(st.force_orphans(&mut views), 0, "b holds the free");
+        for v in &views {
+            v.release();
+        }
+        assert_eq!(st.drain_in_order(&rx, usize::MAX), 3);
+        assert_eq!(st.forced, 0);
+        assert_eq!(
+            events(&seen),
+            vec![
+                ('A', 7, 0x5000),
+                ('A', 9, 0x9000),
+                ('F', 9, 0x5000),
+                ('A', 8, 0x5000)
+            ]
+        );
+
+        seen.lock().unwrap().clear();
+        lane::test_push(a, alloc_at(8, 0x5000, 5));
+        lane::test_push(b, alloc_at(9, 0x9100, 6));
+        lane::look(&mut views);
+        assert_eq!(st.force_orphans(&mut views), 1, "no lane holds a free");
+        for v in &views {
+            v.release();
+        }
+        assert_eq!(events(&seen), vec![('A', 8, 0x5000)]);
+        assert_eq!(st.drain_in_order(&rx, usize::MAX), 1);
+        assert_eq!(st.forced, 1);
     }
 
     /// An allocation at an address whose free the hooks never saw goes
