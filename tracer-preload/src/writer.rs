@@ -1047,6 +1047,19 @@ mod tests {
         }
     }
 
+    /// A writer state for the lane tests (the live table in its starts-only
+    /// form) and an empty channel.
+    fn lanes_state() -> (
+        State,
+        Arc<Mutex<Vec<Record>>>,
+        crossbeam_channel::Receiver<Msg>,
+    ) {
+        let (mut st, seen) = state(8);
+        st.live.use_starts_only();
+        let (_tx, rx) = crossbeam_channel::bounded::<Msg>(4);
+        (st, seen, rx)
+    }
+
     fn free_msg(tid: u32, addr: u64, time_ns: u64) -> Msg {
         Msg::Free { time_ns, tid, addr }
     }
@@ -1059,9 +1072,7 @@ mod tests {
     #[test]
     fn lanes_are_merged_and_a_message_waits_for_the_other_threads_one() {
         let _turn = lane::TEST_TURN.lock().unwrap_or_else(|e| e.into_inner());
-        let (mut st, seen) = state(8);
-        st.live.use_starts_only();
-        let (_tx, rx) = crossbeam_channel::bounded::<Msg>(4);
+        let (mut st, seen, rx) = lanes_state();
         let a = lane::test_lane(1);
         let b = lane::test_lane(2);
 
@@ -1114,9 +1125,7 @@ mod tests {
     #[test]
     fn a_waiting_message_goes_only_when_no_lane_holds_its_counterpart() {
         let _turn = lane::TEST_TURN.lock().unwrap_or_else(|e| e.into_inner());
-        let (mut st, seen) = state(8);
-        st.live.use_starts_only();
-        let (_tx, rx) = crossbeam_channel::bounded::<Msg>(4);
+        let (mut st, seen, rx) = lanes_state();
         st.handle(alloc_at(7, 0x5000, 1));
         let a = lane::test_lane(8);
         let b = lane::test_lane(9);
@@ -1162,9 +1171,7 @@ mod tests {
     #[test]
     fn a_message_waiting_for_an_event_never_seen_does_not_wait_for_idle_lanes() {
         let _turn = lane::TEST_TURN.lock().unwrap_or_else(|e| e.into_inner());
-        let (mut st, seen) = state(8);
-        st.live.use_starts_only();
-        let (_tx, rx) = crossbeam_channel::bounded::<Msg>(4);
+        let (mut st, seen, rx) = lanes_state();
         // 0x5000 is live: its free was never seen.
         st.handle(alloc_at(7, 0x5000, 1));
         let a = lane::test_lane(8);
