@@ -17,6 +17,11 @@ Example, a build kept aside against the current one:
     cp target/release/libtracer.so /tmp/before.so   # ... change, rebuild
     python3 scripts/ab.py --runs 7 before=/tmp/before.so \\
         after=target/release/libtracer.so -- ./chain_fp 1000000
+
+A LIB may carry settings of its own after commas, so one build can be
+compared with itself under other settings:
+
+    python3 scripts/ab.py fp=lib.so,TRACER_UNWIND=fp dwarf=lib.so -- ...
 """
 import os
 import resource
@@ -37,6 +42,12 @@ def main(argv):
         sys.exit(__doc__)
     split = argv.index("--")
     libs = [a.split("=", 1) for a in argv[:split]]
+    settings = {}
+    for l in libs:
+        if len(l) == 2:
+            lib, *extra = l[1].split(",")
+            l[1] = lib
+            settings[l[0]] = dict(e.split("=", 1) for e in extra)
     cmd = argv[split + 1:]
     if not cmd or any(len(l) != 2 for l in libs):
         sys.exit(__doc__)
@@ -55,6 +66,7 @@ def main(argv):
                     lib = os.path.abspath(dict(libs)[name])
                     env.update(LD_PRELOAD=lib, TRACER_QUIET="1",
                                TRACER_OUTPUT=os.path.join(d, "t"))
+                    env.update(settings[name])
                 before = resource.getrusage(resource.RUSAGE_CHILDREN)
                 t = time.perf_counter()
                 subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL)

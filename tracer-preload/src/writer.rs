@@ -263,13 +263,14 @@ pub fn run(
             idle = Duration::from_micros(500);
         }
     }
+    let drained = sys::now_ns();
     if let Some(at) = scan::take_request() {
         st.leak_scan(&at, ctl);
         // What other threads did meanwhile follows the scan's records.
         st.drain_in_order(&rx, usize::MAX);
     }
     st.drain_syscalls();
-    st.finish(ctl);
+    st.finish(ctl, drained);
     ctl.done.store(true, Ordering::SeqCst);
     rx
 }
@@ -937,7 +938,8 @@ impl State {
         }
     }
 
-    fn finish(&mut self, ctl: &Control) {
+    /// `drained`: when the last message was taken (the exit's statistics).
+    fn finish(&mut self, ctl: &Control, drained: u64) {
         // Private, like TRACER_SCAN_STATS: what the hand-off of stacks cost.
         if std::env::var_os("TRACER_STACK_STATS").is_some() {
             sys::stderr_line(&format!(
@@ -960,11 +962,13 @@ impl State {
                 crate::cfi::table_slots()
             ));
         }
+        let begun = sys::now_ns();
         let fresh = self.objects.rescan();
         self.emit_objects(fresh);
         let mut addrs: Vec<u64> = std::mem::take(&mut self.addresses).into_iter().collect();
         let objects = self.objects.objects();
         self.symbolize(&objects, &mut addrs, Some(ctl));
+        let symbolized = sys::now_ns();
         let outputs = std::mem::take(&mut self.outputs);
         for out in outputs {
             let ok = !self.failed && out.writer.finish().is_ok();
@@ -978,6 +982,16 @@ impl State {
             } else if !self.failed {
                 crate::sys::stderr_line(&format!("cannot finish {}", out.path.display()));
             }
+        }
+        if std::env::var_os("TRACER_STACK_STATS").is_some() {
+            let us = |a: u64, b: u64| b.saturating_sub(a) / 1000;
+            sys::stderr_line(&format!(
+                "exit: scan {} us, symbols of {} addresses {} us, files {} us",
+                us(drained, begun),
+                addrs.len(),
+                us(begun, symbolized),
+                us(symbolized, sys::now_ns())
+            ));
         }
     }
 }
