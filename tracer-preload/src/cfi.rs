@@ -420,14 +420,24 @@ struct Memo {
 
 /// The thread's rules by return address: `slots[i]`, and the same rule in
 /// [`walk_quick`]'s form, `quick[i] == quick_of(&slots[i])`.
+///
+/// `next[i]`: the quick rule of the frame that followed the last frame at
+/// index `i` (its caller), as a guess: [`walk_quick_by_address`] takes it
+/// when its address is the caller's return address. The guess is looked
+/// up with the frame's own address, known before the caller's return
+/// address is loaded from the stack, so the lookup no longer waits for
+/// that load: the loads of consecutive frames overlap. A return address
+/// has one caller almost always (python3: 98.7% of frames).
 struct ByRa {
     slots: [Slot; BY_RA],
     quick: [Quick; BY_RA],
+    next: [Quick; BY_RA],
 }
 
 const EMPTY_BY_RA: ByRa = ByRa {
     slots: [EMPTY_SLOT; BY_RA],
     quick: [NO_QUICK; BY_RA],
+    next: [NO_QUICK; BY_RA],
 };
 
 /// Entries of [`Memo::by_ra`] (24 bytes each).
@@ -1013,7 +1023,7 @@ fn quick_step(
 /// `r.ip != 0`, `lo` aligned and [`apply`]'s precondition.
 #[inline(never)]
 fn walk_quick_by_address(
-    by_ra: &ByRa,
+    by_ra: &mut ByRa,
     buf: &mut [u64],
     r: &mut Regs,
     lo: u64,
@@ -1027,16 +1037,17 @@ fn walk_quick_by_address(
         mut rbp,
     } = *r;
     let span16_8 = span16 >> 3;
+    let mut q = by_ra.quick[by_ra_index(ip)];
     let ended = loop {
-        if n >= buf.len() {
-            break false;
-        }
-        let q = by_ra.quick[by_ra_index(ip)];
-        if q.ra != ip {
+        if n >= buf.len() || q.ra != ip {
             break false;
         }
         buf[n] = ip;
         n += 1;
+        // The guess of the caller's rule (see `ByRa::next`), loaded while
+        // the step below loads the caller's return address.
+        let here = by_ra_index(ip);
+        let guess = by_ra.next[here];
         let Some(ra) = quick_step(&q, &mut rsp, &mut rbp, lo, hi, span16_8) else {
             break true;
         };
@@ -1044,6 +1055,14 @@ fn walk_quick_by_address(
             break true;
         }
         ip = ra;
+        if guess.ra == ip {
+            q = guess;
+        } else {
+            q = by_ra.quick[by_ra_index(ip)];
+            if q.ra == ip {
+                by_ra.next[here] = q;
+            }
+        }
     };
     *r = Regs { n, ip, rsp, rbp };
     ended
@@ -1518,6 +1537,71 @@ mod tests {
             drop(stack);
         }
         assert!(deep > 100, "{deep} walks deeper than the memo");
+    }
+
+    /// The guess of a caller's rule (`ByRa::next`): a return address whose
+    /// caller alternates between two call sites is walked right both ways,
+    /// and the guess kept at its index is the rule of the caller seen last
+    /// (taken when right, replaced when wrong).
+    #[test]
+    fn the_guessed_caller_is_taken_only_when_it_is_the_caller() {
+        const END: u64 = 0x50_0000;
+        let (a, b, c, d) = (0x40_0010u64, 0x40_0020u64, 0x40_0030u64, 0x40_0040u64);
+        // Every frame `CFA = rsp + 16` (`c`'s: rsp + 24), its return
+        // address at CFA - 8, no saved rbp: the quick loop's rsp shape. A
+        // guess taken for the wrong caller would misplace the next frame.
+        let rule_of = |ip: u64| -> Rule {
+            if ip == END {
+                Rule::End
+            } else {
+                Rule::Frame {
+                    cfa_rbp: false,
+                    cfa_off: if ip == c { 24 } else { 16 },
+                    rbp_off: None,
+                }
+            }
+        };
+        let mut memo = Memo {
+            generation: 0,
+            by_address_runs: 0,
+            misses: 0,
+            entries: [EMPTY_SLOT; MEMO_FRAMES],
+            quick: [NO_QUICK; MEMO_FRAMES + 1],
+            by_ra: EMPTY_BY_RA,
+        };
+        let mut stack = vec![0u64; 8];
+        let base = stack.as_mut_ptr();
+        let (lo, hi) = (base as u64, base as u64 + 64);
+        for (round, caller) in [b, c, c, b, b, c, c].into_iter().enumerate() {
+            let words = if caller == c {
+                [0, c, 0, 0, d, 0, END, 0]
+            } else {
+                [0, b, 0, d, 0, END, 0, 0]
+            };
+            for (k, w) in words.into_iter().enumerate() {
+                // SAFETY: k < 8, inside the vector.
+                unsafe { base.add(k).write(w) };
+            }
+            let mut want = [0u64; 8];
+            let n = walk_rules(&mut want, a, lo, lo, lo, hi, |ip| Some(rule_of(ip)));
+            assert_eq!(n, Some(4), "round {round}");
+            assert_eq!(want[..4], [a, caller, d, END]);
+            memo.by_address_runs = 63;
+            let mut got = [0u64; 8];
+            let n = walk(&mut memo, &mut got, a, lo, lo, lo, hi, |ip| {
+                encode(ip, rule_of(ip))
+            });
+            assert_eq!(n, Some(4), "round {round}");
+            assert_eq!(got[..4], want[..4], "round {round}");
+            // The first two rounds meet each address for the first time:
+            // the general step learns the rules, and a guess is only kept
+            // for a caller whose rule the thread has.
+            if round >= 2 {
+                assert_eq!(memo.by_ra.next[by_ra_index(a)].ra, caller, "round {round}");
+                assert_eq!(memo.by_ra.next[by_ra_index(caller)].ra, d, "round {round}");
+            }
+        }
+        drop(stack);
     }
 
     #[cfg(target_arch = "x86_64")]
