@@ -132,6 +132,16 @@ pub struct Setup {
 const SLACK_NS: u64 = 20_000;
 
 const FLUSH_EVERY: Duration = Duration::from_millis(100);
+
+/// After finding nothing to take, the writer first naps `NAP_US` at a time,
+/// `NAPS` times, without telling the producers it sleeps, and only then
+/// sleeps until woken. A busy thread fills half its lane (2,048 messages)
+/// in more than a nap's time at 80 ns a message (python3's rate), so while
+/// a program allocates nothing has to wake the writer: every wake is a
+/// `futex` call on the program's thread and an interrupt to the writer's
+/// processor (python3 300k dict: 1,516 futex calls before).
+const NAP_US: u64 = 100;
+const NAPS: u32 = 10;
 /// Minimum time between two flushes made because the queue ran empty.
 const FLUSH_WHEN_IDLE: Duration = Duration::from_millis(2);
 
@@ -216,6 +226,7 @@ pub fn run(
     st.flush();
     let mut last_flush = Instant::now();
     let mut idle = Duration::from_micros(500);
+    let mut naps = 0;
     let mut dirty = false;
     loop {
         let mut got = st.drain_in_order(&rx, 4096) as u32;
@@ -257,9 +268,17 @@ pub fn run(
             {
                 break;
             }
-            sleep_until_woken(&rx, idle);
-            idle = (idle * 2).min(Duration::from_millis(10));
+            if naps < NAPS {
+                // The program is likely still busy: a short nap that no
+                // producer needs to end (see NAP_US).
+                naps += 1;
+                sys::sleep_us(NAP_US);
+            } else {
+                sleep_until_woken(&rx, idle);
+                idle = (idle * 2).min(Duration::from_millis(10));
+            }
         } else {
+            naps = 0;
             idle = Duration::from_micros(500);
         }
     }
