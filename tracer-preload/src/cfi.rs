@@ -370,18 +370,25 @@ pub(crate) fn compute(ip: u64) -> Rule {
 /// the difference is where a frame's rule comes from: the thread's memo of
 /// the previous capture when the return address at that depth is the same,
 /// the global table otherwise.
+///
+/// `memo` is the calling thread's (`tls::Capture::memo`); without one (the
+/// thread's TLS is torn down) every rule comes from the global table.
 #[inline]
-pub fn capture(buf: &mut [u64], ip: u64, rsp: u64, rbp: u64, lo: u64, hi: u64) -> Option<usize> {
+#[allow(clippy::too_many_arguments)]
+pub fn capture(
+    memo: Option<&mut Memo>,
+    buf: &mut [u64],
+    ip: u64,
+    rsp: u64,
+    rbp: u64,
+    lo: u64,
+    hi: u64,
+) -> Option<usize> {
     let table = table()?;
-    let got = MEMO
-        .try_with(|m| {
-            // SAFETY: the memo is only touched by its own thread, here, and
-            // no reference to it escapes this closure; a capture never nests
-            // inside another on the same thread (the hooks' reentrancy guard).
-            let memo = unsafe { &mut *m.get() };
-            walk(memo, buf, ip, rsp, rbp, lo, hi, |ip| lookup(table, ip))
-        })
-        .unwrap_or_else(|_| walk_table(table, buf, ip, rsp, rbp, lo, hi));
+    let got = match memo {
+        Some(memo) => walk(memo, buf, ip, rsp, rbp, lo, hi, |ip| lookup(table, ip)),
+        None => walk_table(table, buf, ip, rsp, rbp, lo, hi),
+    };
     if VERIFY.load(Ordering::Relaxed) {
         verify(table, buf, got, ip, rsp, rbp, lo, hi);
     }
@@ -397,7 +404,7 @@ const MEMO_FRAMES: usize = 64;
 /// the code at it stays loaded, so `entries[k]` is what the global table
 /// would answer for `entries[k].ra`; `generation` discards the whole memo
 /// when code was unloaded since (see [`invalidate`]).
-struct Memo {
+pub struct Memo {
     generation: u64,
     /// Captures left that skip the depth memo (see [`walk_memo`]).
     by_address_runs: u32,
@@ -462,18 +469,16 @@ fn by_address(by_ra: &mut ByRa, ip: u64, lookup: &mut impl FnMut(u64) -> u64) ->
     *h
 }
 
-thread_local! {
-    // `const`-initialised, no destructor: static TLS, never allocates, usable
-    // while the thread is torn down (as everything in `tls.rs`).
-    static MEMO: core::cell::UnsafeCell<Memo> = const {
-        core::cell::UnsafeCell::new(Memo {
-            generation: 0,
-            by_address_runs: 0,
-            misses: 0,
-            entries: [EMPTY_SLOT; MEMO_FRAMES],
-            quick: [NO_QUICK; MEMO_FRAMES + 1],
-            by_ra: EMPTY_BY_RA,
-        })
+impl Memo {
+    /// A thread's memo before its first capture (`const`: it lives in a
+    /// `const`-initialised thread-local, `tls::Capture`).
+    pub const NEW: Memo = Memo {
+        generation: 0,
+        by_address_runs: 0,
+        misses: 0,
+        entries: [EMPTY_SLOT; MEMO_FRAMES],
+        quick: [NO_QUICK; MEMO_FRAMES + 1],
+        by_ra: EMPTY_BY_RA,
     };
 }
 
@@ -1660,7 +1665,12 @@ mod tests {
             let (lo, hi) = bounds();
             out.memo = vec![0; out.depth];
             out.reference = vec![0; out.depth];
-            out.memo_n = capture(&mut out.memo, ip, rsp, rbp, lo, hi);
+            // The thread's memo, kept from capture to capture as the hooks
+            // keep it.
+            out.memo_n = crate::tls::with_capture(|c| {
+                capture(Some(&mut c.memo), &mut out.memo, ip, rsp, rbp, lo, hi)
+            })
+            .expect("the test thread's capture state");
             out.reference_n = capture_reference(&mut out.reference, ip, rsp, rbp, lo, hi);
             black_box(ip)
         }

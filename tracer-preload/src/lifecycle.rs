@@ -214,34 +214,63 @@ fn stack_now() -> u64 {
     } else {
         Unwind::Dwarf
     };
-    // A capture of the default depth goes into this thread's frame buffer
-    // (zeroing even 512 bytes on the stack was ~50 instructions an event);
-    // deeper ones, and threads whose TLS is being torn down, use a fresh
-    // array.
+    // Everything a capture of the default depth uses is in one thread-local
+    // (`tls::Capture`): the frame buffer (zeroing even 512 bytes on the
+    // stack was ~50 instructions an event), the unwinding memo, the stack
+    // bounds, the sent stacks. Deeper captures use a fresh array, and
+    // threads whose TLS is being torn down neither memo nor sent cache.
     if depth <= config::DEFAULT_DEPTH {
-        if let Some(key) = tls::with_frames(|buf| capture_and_key(method, &mut buf[..depth])) {
+        if let Some(key) = tls::with_capture(|c| {
+            let tls::Capture {
+                frames,
+                memo,
+                sent,
+                bounds,
+            } = c;
+            let frames = &mut frames[..depth];
+            let n = unwind::capture(method, frames, Some((memo, bounds)));
+            send_stack(&frames[..n], Some(sent))
+        }) {
             return key;
         }
     }
     let mut large = [0u64; config::MAX_DEPTH];
-    capture_and_key(method, &mut large[..depth.min(config::MAX_DEPTH)])
+    let frames = &mut large[..depth.min(config::MAX_DEPTH)];
+    let key = tls::with_capture(|c| {
+        let n = unwind::capture(method, frames, Some((&mut c.memo, &mut c.bounds)));
+        send_stack(&frames[..n], Some(&mut c.sent))
+    });
+    key.unwrap_or_else(|| {
+        let n = unwind::capture(method, frames, None);
+        send_stack(&frames[..n], None)
+    })
 }
 
-/// Unwinds into `buf`, sends the stack if this thread has not yet, and
-/// returns its key.
+/// The key of `frames`; sends the stack if this thread has not yet (`sent`
+/// says; always without one).
 #[inline(always)]
-fn capture_and_key(method: Unwind, buf: &mut [u64]) -> u64 {
-    let n = unwind::capture(method, buf);
-    let frames = &buf[..n];
+fn send_stack(frames: &[u64], sent: Option<&mut tls::Sent>) -> u64 {
     let key = stack_key(frames);
-    if key != NO_STACK
-        && !tls::already_sent(key)
-        && !deliver(Msg::Stack {
-            key,
-            frames: frames.into(),
-        })
-    {
-        tls::forget_sent(key);
+    if key == NO_STACK {
+        return key;
+    }
+    match sent {
+        Some(sent) => {
+            if !sent.already(key)
+                && !deliver(Msg::Stack {
+                    key,
+                    frames: frames.into(),
+                })
+            {
+                sent.forget(key);
+            }
+        }
+        None => {
+            deliver(Msg::Stack {
+                key,
+                frames: frames.into(),
+            });
+        }
     }
     key
 }

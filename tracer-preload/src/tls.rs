@@ -205,13 +205,73 @@ pub fn hot() -> &'static Hot {
     }
 }
 
+/// What a stack capture uses on its thread, in one thread-local: Rust's
+/// thread-locals in a shared object cost a call to `__tls_get_addr` each,
+/// and an allocation used four (frame buffer, unwinding memo, stack
+/// bounds, sent cache).
+pub struct Capture {
+    /// The frame buffer of a capture of the default depth (its contents are
+    /// whatever the previous capture left).
+    pub frames: [u64; crate::config::DEFAULT_DEPTH],
+    /// The cached unwinder's memo of this thread (`cfi`).
+    pub memo: crate::cfi::Memo,
+    /// The "already sent" stack keys.
+    pub sent: Sent,
+    /// The thread's stack bounds, `(0, 0)` until known.
+    pub bounds: (u64, u64),
+}
+
+/// The stacks this thread has sent to the current writer.
+pub struct Sent(SentCache);
+
 thread_local! {
     static STACK_BOUNDS: Cell<(u64, u64)> = const { Cell::new((0, 0)) };
 
-    static SENT: UnsafeCell<SentCache> = const { UnsafeCell::new(SentCache::new()) };
+    static CAPTURE: UnsafeCell<Capture> = const {
+        UnsafeCell::new(Capture {
+            frames: [0; crate::config::DEFAULT_DEPTH],
+            memo: crate::cfi::Memo::NEW,
+            sent: Sent(SentCache::new()),
+            bounds: (0, 0),
+        })
+    };
+}
 
-    static FRAMES: UnsafeCell<[u64; crate::config::DEFAULT_DEPTH]> =
-        const { UnsafeCell::new([0; crate::config::DEFAULT_DEPTH]) };
+/// Runs `f` on this thread's capture state; None while the thread's TLS is
+/// torn down.
+#[inline]
+pub fn with_capture<R>(f: impl FnOnce(&mut Capture) -> R) -> Option<R> {
+    CAPTURE
+        .try_with(|cell| {
+            // SAFETY: only this thread's stack capture touches the state,
+            // inside the reentrancy guard (a hook nested in a signal handler
+            // or in the capture's own allocations passes through without
+            // capturing), so no other reference to it exists while `f` runs.
+            f(unsafe { &mut *cell.get() })
+        })
+        .ok()
+}
+
+impl Sent {
+    /// Returns true if `key` was already sent to the current writer by this
+    /// thread, and remembers it as sent otherwise. One producer's messages
+    /// arrive in order, so a stack sent once by this thread precedes all its
+    /// later uses.
+    #[inline]
+    pub fn already(&mut self, key: u64) -> bool {
+        let epoch = EPOCH.load(Ordering::Relaxed);
+        let cache = &mut self.0;
+        if cache.epoch != epoch {
+            cache.clear();
+            cache.epoch = epoch;
+        }
+        cache.check_and_insert(key)
+    }
+
+    /// Forgets that `key` was sent (its message could not be delivered).
+    pub fn forget(&mut self, key: u64) {
+        self.0.forget(key);
+    }
 }
 
 /// The key whose destructor frees an exiting thread's large sent cache.
@@ -235,10 +295,10 @@ pub fn init_keys() {
 /// (a later allocation of this thread, another destructor's, finds none and
 /// starts over with the small one).
 unsafe extern "C" fn sent_cache_gone(p: *mut core::ffi::c_void) {
-    let _ = SENT.try_with(|cell| {
-        // SAFETY: as in `already_sent`; a key destructor runs on the
-        // exiting thread itself.
-        let cache = unsafe { &mut *cell.get() };
+    let _ = CAPTURE.try_with(|cell| {
+        // SAFETY: as in `with_capture`; a key destructor runs on the
+        // exiting thread itself, outside any capture.
+        let cache = unsafe { &mut (*cell.get()).sent.0 };
         if cache.big.as_ref().is_some_and(|b| b.as_ptr().cast() == p) {
             cache.big = None;
             cache.evictions = 0;
@@ -357,49 +417,6 @@ pub fn reset_after_fork() {
 /// Invalidates every thread's sent-stack cache (a new writer knows no stack).
 pub fn new_epoch() {
     EPOCH.fetch_add(1, Ordering::SeqCst);
-}
-
-/// Returns true if `key` was already sent to the current writer by this thread,
-/// and remembers it as sent otherwise. One producer's messages arrive in order,
-/// so a stack sent once by this thread precedes all its later uses.
-#[inline]
-pub fn already_sent(key: u64) -> bool {
-    let epoch = EPOCH.load(Ordering::Relaxed);
-    SENT.try_with(|cell| {
-        // SAFETY: the cache is only ever touched by its own thread, inside the
-        // reentrancy guard, and no reference to it escapes this closure.
-        let cache = unsafe { &mut *cell.get() };
-        if cache.epoch != epoch {
-            cache.clear();
-            cache.epoch = epoch;
-        }
-        cache.check_and_insert(key)
-    })
-    .unwrap_or(false)
-}
-
-/// Runs `f` on this thread's frame buffer (its contents are whatever the
-/// previous capture left); None while the thread's TLS is torn down.
-#[inline]
-pub fn with_frames<R>(f: impl FnOnce(&mut [u64; crate::config::DEFAULT_DEPTH]) -> R) -> Option<R> {
-    FRAMES
-        .try_with(|cell| {
-            // SAFETY: only the stack capture of this thread touches the
-            // buffer, inside the reentrancy guard (a hook nested in a signal
-            // handler passes through without capturing), so no other
-            // reference to it exists while `f` runs.
-            f(unsafe { &mut *cell.get() })
-        })
-        .ok()
-}
-
-/// Forgets that `key` was sent (its message could not be delivered).
-pub fn forget_sent(key: u64) {
-    let _ = SENT.try_with(|cell| {
-        // SAFETY: as in `already_sent`.
-        let cache = unsafe { &mut *cell.get() };
-        cache.forget(key);
-    });
 }
 
 #[cfg(test)]

@@ -40,22 +40,38 @@ fn is_own(ip: u64) -> bool {
 }
 
 /// Fills `buf` with up to `buf.len()` return addresses of the current stack,
-/// the tracer's own frames removed; returns how many were written.
+/// the tracer's own frames removed; returns how many were written. `state`
+/// is the thread's (`tls::Capture`): its unwinding memo and stack bounds
+/// (`None` while the thread's TLS is torn down).
 #[inline(never)]
-pub fn capture(method: Unwind, buf: &mut [u64]) -> usize {
+pub fn capture(
+    method: Unwind,
+    buf: &mut [u64],
+    state: Option<(&mut crate::cfi::Memo, &mut (u64, u64))>,
+) -> usize {
     if buf.is_empty() {
         return 0;
     }
-    match method {
-        Unwind::Dwarf => match capture_cached(buf) {
-            Some(n) => n,
-            None => capture_dwarf(buf),
-        },
-        Unwind::Fp => match capture_fp(buf) {
-            Some(n) => n,
-            None => capture_dwarf(buf),
-        },
+    let (memo, bounds) = match state {
+        Some((memo, b)) => (Some(memo), known_bounds(b)),
+        None => (None, self::bounds()),
+    };
+    let got = bounds.and_then(|(lo, hi)| match method {
+        Unwind::Dwarf => capture_cached(buf, memo, lo, hi),
+        Unwind::Fp => capture_fp(buf, lo, hi),
+    });
+    got.unwrap_or_else(|| capture_dwarf(buf))
+}
+
+/// The thread's stack bounds from `cached`, computed into it the first time.
+#[inline(always)]
+fn known_bounds(cached: &mut (u64, u64)) -> Option<(u64, u64)> {
+    if cached.1 != 0 {
+        return Some(*cached);
     }
+    let b = bounds()?;
+    *cached = b;
+    Some(b)
 }
 
 fn capture_dwarf(buf: &mut [u64]) -> usize {
@@ -134,8 +150,12 @@ fn frame_pointer() -> u64 {
 /// Walks the tracer's own frames by frame pointer (this crate is built with
 /// them), then hands the first foreign frame to the cached CFI unwinder.
 #[inline(never)]
-fn capture_cached(buf: &mut [u64]) -> Option<usize> {
-    let (lo, hi) = bounds()?;
+fn capture_cached(
+    buf: &mut [u64],
+    memo: Option<&mut crate::cfi::Memo>,
+    lo: u64,
+    hi: u64,
+) -> Option<usize> {
     // The tests of `is_own` and of the loop below with the bounds loaded
     // once: `a - x < n` (wrapping) is `x <= a < x + n`. An empty or unset
     // range of our code (`own` 0) holds no address.
@@ -151,7 +171,7 @@ fn capture_cached(buf: &mut [u64]) -> Option<usize> {
         // SAFETY: [fp, fp+16) lies inside this thread's stack (checked above).
         let (next, ret) = unsafe { (*(fp as *const u64), *((fp + 8) as *const u64)) };
         if ret.wrapping_sub(own_lo) >= own {
-            return crate::cfi::capture(buf, ret, fp + 16, next, lo, hi);
+            return crate::cfi::capture(memo, buf, ret, fp + 16, next, lo, hi);
         }
         if next <= fp {
             return None;
@@ -161,10 +181,9 @@ fn capture_cached(buf: &mut [u64]) -> Option<usize> {
     None
 }
 
-/// `None` when the stack bounds are unknown (the caller falls back to dwarf).
+/// The frame-pointer walk within the thread's stack `[lo, hi)`.
 #[inline(never)]
-fn capture_fp(buf: &mut [u64]) -> Option<usize> {
-    let (lo, hi) = bounds()?;
+fn capture_fp(buf: &mut [u64], lo: u64, hi: u64) -> Option<usize> {
     let mut fp = frame_pointer();
     let mut n = 0;
     let mut skipping = true;
