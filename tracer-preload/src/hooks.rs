@@ -7,7 +7,9 @@
 //! can never appear live twice), nothing for a failure or `free(NULL)`.
 //! `posix_memalign`, `aligned_alloc` and `reallocarray` are built on
 //! `__libc_memalign`/`__libc_realloc` with glibc 2.36's checks and error
-//! codes, which needs no `dlsym` and so no bootstrap pool.
+//! codes, which needs no `dlsym` and so no bootstrap pool. `entry` is the
+//! exported function's frame (`unwind::entry_frame`), where the stack
+//! capture starts.
 //!
 //! Descriptor, exec and exit hooks protect the trace files and finish them at
 //! the right moments; see `fds` and `lifecycle`.
@@ -18,10 +20,10 @@ use crate::{fds, lifecycle, sys, syscalls, tls};
 
 // ---------------------------------------------------------------- allocation
 
-pub unsafe fn malloc(size: size_t) -> *mut c_void {
+pub unsafe fn malloc(size: size_t, entry: u64) -> *mut c_void {
     let p = sys::__libc_malloc(size);
     if !p.is_null() {
-        lifecycle::on_alloc(p as u64, size as u64, false);
+        lifecycle::on_alloc(p as u64, size as u64, false, entry);
     }
     p
 }
@@ -33,17 +35,17 @@ pub unsafe fn free(ptr: *mut c_void) {
     sys::__libc_free(ptr)
 }
 
-pub unsafe fn calloc(n: size_t, size: size_t) -> *mut c_void {
+pub unsafe fn calloc(n: size_t, size: size_t, entry: u64) -> *mut c_void {
     let p = sys::__libc_calloc(n, size);
     if !p.is_null() {
-        lifecycle::on_alloc(p as u64, (n as u64).wrapping_mul(size as u64), false);
+        lifecycle::on_alloc(p as u64, (n as u64).wrapping_mul(size as u64), false, entry);
     }
     p
 }
 
-pub unsafe fn realloc(ptr: *mut c_void, size: size_t) -> *mut c_void {
+pub unsafe fn realloc(ptr: *mut c_void, size: size_t, entry: u64) -> *mut c_void {
     if ptr.is_null() {
-        return malloc(size);
+        return malloc(size, entry);
     }
     if size == 0 {
         // glibc frees the block and returns NULL.
@@ -55,14 +57,14 @@ pub unsafe fn realloc(ptr: *mut c_void, size: size_t) -> *mut c_void {
     if q.is_null() {
         lifecycle::on_realloc_failed();
     } else {
-        lifecycle::on_alloc(q as u64, size as u64, true);
+        lifecycle::on_alloc(q as u64, size as u64, true, entry);
     }
     q
 }
 
-pub unsafe fn reallocarray(ptr: *mut c_void, n: size_t, size: size_t) -> *mut c_void {
+pub unsafe fn reallocarray(ptr: *mut c_void, n: size_t, size: size_t, entry: u64) -> *mut c_void {
     match n.checked_mul(size) {
-        Some(total) => realloc(ptr, total),
+        Some(total) => realloc(ptr, total, entry),
         None => {
             sys::set_errno(libc::ENOMEM);
             core::ptr::null_mut()
@@ -70,24 +72,29 @@ pub unsafe fn reallocarray(ptr: *mut c_void, n: size_t, size: size_t) -> *mut c_
     }
 }
 
-pub unsafe fn memalign(align: size_t, size: size_t) -> *mut c_void {
+pub unsafe fn memalign(align: size_t, size: size_t, entry: u64) -> *mut c_void {
     let p = sys::__libc_memalign(align, size);
     if !p.is_null() {
-        lifecycle::on_alloc(p as u64, size as u64, false);
+        lifecycle::on_alloc(p as u64, size as u64, false, entry);
     }
     p
 }
 
-pub unsafe fn aligned_alloc(align: size_t, size: size_t) -> *mut c_void {
+pub unsafe fn aligned_alloc(align: size_t, size: size_t, entry: u64) -> *mut c_void {
     // glibc 2.36: the alignment must be a power of two.
     if !align.is_power_of_two() {
         sys::set_errno(libc::EINVAL);
         return core::ptr::null_mut();
     }
-    memalign(align, size)
+    memalign(align, size, entry)
 }
 
-pub unsafe fn posix_memalign(out: *mut *mut c_void, align: size_t, size: size_t) -> c_int {
+pub unsafe fn posix_memalign(
+    out: *mut *mut c_void,
+    align: size_t,
+    size: size_t,
+    entry: u64,
+) -> c_int {
     let word = core::mem::size_of::<*mut c_void>();
     if !align.is_multiple_of(word) || !(align / word).is_power_of_two() {
         return libc::EINVAL;
@@ -99,22 +106,22 @@ pub unsafe fn posix_memalign(out: *mut *mut c_void, align: size_t, size: size_t)
         return libc::ENOMEM;
     }
     *out = p;
-    lifecycle::on_alloc(p as u64, size as u64, false);
+    lifecycle::on_alloc(p as u64, size as u64, false, entry);
     0
 }
 
-pub unsafe fn valloc(size: size_t) -> *mut c_void {
+pub unsafe fn valloc(size: size_t, entry: u64) -> *mut c_void {
     let p = sys::__libc_valloc(size);
     if !p.is_null() {
-        lifecycle::on_alloc(p as u64, size as u64, false);
+        lifecycle::on_alloc(p as u64, size as u64, false, entry);
     }
     p
 }
 
-pub unsafe fn pvalloc(size: size_t) -> *mut c_void {
+pub unsafe fn pvalloc(size: size_t, entry: u64) -> *mut c_void {
     let p = sys::__libc_pvalloc(size);
     if !p.is_null() {
-        lifecycle::on_alloc(p as u64, size as u64, false);
+        lifecycle::on_alloc(p as u64, size as u64, false, entry);
     }
     p
 }

@@ -74,10 +74,13 @@ fn tracer_constructor() {
 // ------------------------------------------------------------------ the ABI
 // SAFETY (all below): these are the C library's contracts; the caller passes
 // what the C function of the same name accepts, and each body upholds it.
+// The allocating ones pass their own frame (`unwind::entry_frame`): the
+// stack capture starts at its return address, the program's, without
+// walking the tracer's frames in between.
 
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn malloc(size: size_t) -> *mut c_void {
-    hooks::malloc(size)
+    hooks::malloc(size, unwind::entry_frame())
 }
 
 #[cfg_attr(not(test), no_mangle)]
@@ -87,17 +90,17 @@ pub unsafe extern "C" fn free(ptr: *mut c_void) {
 
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn calloc(n: size_t, size: size_t) -> *mut c_void {
-    hooks::calloc(n, size)
+    hooks::calloc(n, size, unwind::entry_frame())
 }
 
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn realloc(ptr: *mut c_void, size: size_t) -> *mut c_void {
-    hooks::realloc(ptr, size)
+    hooks::realloc(ptr, size, unwind::entry_frame())
 }
 
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn reallocarray(ptr: *mut c_void, n: size_t, size: size_t) -> *mut c_void {
-    hooks::reallocarray(ptr, n, size)
+    hooks::reallocarray(ptr, n, size, unwind::entry_frame())
 }
 
 #[cfg_attr(not(test), no_mangle)]
@@ -106,27 +109,27 @@ pub unsafe extern "C" fn posix_memalign(
     align: size_t,
     size: size_t,
 ) -> c_int {
-    hooks::posix_memalign(out, align, size)
+    hooks::posix_memalign(out, align, size, unwind::entry_frame())
 }
 
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn aligned_alloc(align: size_t, size: size_t) -> *mut c_void {
-    hooks::aligned_alloc(align, size)
+    hooks::aligned_alloc(align, size, unwind::entry_frame())
 }
 
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn memalign(align: size_t, size: size_t) -> *mut c_void {
-    hooks::memalign(align, size)
+    hooks::memalign(align, size, unwind::entry_frame())
 }
 
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn valloc(size: size_t) -> *mut c_void {
-    hooks::valloc(size)
+    hooks::valloc(size, unwind::entry_frame())
 }
 
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn pvalloc(size: size_t) -> *mut c_void {
-    hooks::pvalloc(size)
+    hooks::pvalloc(size, unwind::entry_frame())
 }
 
 /// Forwarded to glibc; a lowered `mmap` threshold makes the leak scan's

@@ -203,8 +203,10 @@ fn send(msg: Msg) -> bool {
     }
 }
 
+/// `entry`: the exported allocation function's frame (0: unknown), where
+/// the capture starts.
 #[inline]
-fn stack_now() -> u64 {
+fn stack_now(entry: u64) -> u64 {
     let depth = DEPTH.load(Ordering::Relaxed);
     if depth == 0 {
         return NO_STACK;
@@ -228,7 +230,7 @@ fn stack_now() -> u64 {
                 bounds,
             } = c;
             let frames = &mut frames[..depth];
-            let n = unwind::capture(method, frames, Some((memo, bounds)));
+            let n = unwind::capture(method, frames, Some((memo, bounds)), entry);
             send_stack(&frames[..n], Some(sent))
         }) {
             return key;
@@ -237,11 +239,11 @@ fn stack_now() -> u64 {
     let mut large = [0u64; config::MAX_DEPTH];
     let frames = &mut large[..depth.min(config::MAX_DEPTH)];
     let key = tls::with_capture(|c| {
-        let n = unwind::capture(method, frames, Some((&mut c.memo, &mut c.bounds)));
+        let n = unwind::capture(method, frames, Some((&mut c.memo, &mut c.bounds)), entry);
         send_stack(&frames[..n], Some(&mut c.sent))
     });
     key.unwrap_or_else(|| {
-        let n = unwind::capture(method, frames, None);
+        let n = unwind::capture(method, frames, None, entry);
         send_stack(&frames[..n], None)
     })
 }
@@ -289,15 +291,16 @@ fn active() -> bool {
     }
 }
 
-/// A new block exists (called after the real allocation returned it).
+/// A new block exists (called after the real allocation returned it);
+/// `entry` is the exported function's frame (see `unwind::entry_frame`).
 #[inline]
-pub fn on_alloc(addr: u64, size: u64, from_realloc: bool) {
+pub fn on_alloc(addr: u64, size: u64, from_realloc: bool, entry: u64) {
     if !active() || !ALLOCS.load(Ordering::Relaxed) {
         return;
     }
     let Some(_g) = tls::enter() else { return };
     let saved = sys::errno();
-    let key = stack_now();
+    let key = stack_now(entry);
     let time_ns = sys::now_ns();
     deliver(Msg::Alloc {
         time_ns,

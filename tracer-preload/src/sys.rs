@@ -20,14 +20,17 @@ extern "C" {
 }
 
 /// The calling thread's `errno`.
+#[inline]
 pub fn errno() -> c_int {
-    // SAFETY: __errno_location always returns a valid pointer to this thread's errno.
-    unsafe { *libc::__errno_location() }
+    // SAFETY: the location is this thread's errno (`__errno_location`,
+    // cached per thread).
+    unsafe { *crate::tls::hot().errno_location() }
 }
 
+#[inline]
 pub fn set_errno(value: c_int) {
     // SAFETY: as in `errno`.
-    unsafe { *libc::__errno_location() = value }
+    unsafe { *crate::tls::hot().errno_location() = value }
 }
 
 /// Runs `f` and gives `errno` back the value it had before (for the rare

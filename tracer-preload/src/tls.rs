@@ -16,7 +16,7 @@
 //! (`#[thread_local]` and `-Z tls-model` are unstable.) Initial-exec TLS is
 //! what a preloaded library gets anyway (the loader sets every start-up
 //! object's TLS in the static block); a late `dlopen` of the library is
-//! served from glibc's surplus static TLS (our block is 24 bytes).
+//! served from glibc's surplus static TLS (our block is 32 bytes).
 
 use core::cell::{Cell, UnsafeCell};
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -167,9 +167,13 @@ pub struct Hot {
     pub ring: Cell<*mut core::ffi::c_void>,
     /// This thread's allocation lane (`lane`), null until taken.
     pub lane: Cell<*mut core::ffi::c_void>,
+    /// Where this thread's `errno` lives (`__errno_location`, constant for
+    /// the thread's life), null until first asked: every hook saves and
+    /// restores it, two calls through the PLT otherwise.
+    errno: Cell<*mut libc::c_int>,
 }
 
-// The block behind `hot()`: 24 zero bytes of `.tbss`, 8-aligned, hidden.
+// The block behind `hot()`: 32 zero bytes of `.tbss`, 8-aligned, hidden.
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 core::arch::global_asm!(
     ".pushsection .tbss,\"awT\",@nobits",
@@ -177,18 +181,18 @@ core::arch::global_asm!(
     ".globl tracer_hot_tls",
     ".hidden tracer_hot_tls",
     ".type tracer_hot_tls,@object",
-    ".size tracer_hot_tls,24",
+    ".size tracer_hot_tls,32",
     "tracer_hot_tls:",
-    ".zero 24",
+    ".zero 32",
     ".popsection",
 );
-const _: () = assert!(core::mem::size_of::<Hot>() == 24);
+const _: () = assert!(core::mem::size_of::<Hot>() == 32);
 
 /// This thread's [`Hot`] fields: one initial-exec TLS address computation.
 #[inline(always)]
 pub fn hot() -> &'static Hot {
     let p: *const Hot;
-    // SAFETY: `tracer_hot_tls` is a 24-byte, 8-aligned TLS symbol of this
+    // SAFETY: `tracer_hot_tls` is a 32-byte, 8-aligned TLS symbol of this
     // object (above); `fs:0` holds the thread pointer (x86-64 TLS ABI) and
     // the GOT entry its offset from it, so the sum is this thread's copy,
     // zero-initialised, valid for the thread's whole life. The result
@@ -347,6 +351,20 @@ impl Hot {
     #[inline]
     pub fn passing(&self) -> bool {
         self.busy.get() | self.vfork.get()
+    }
+
+    /// This thread's `errno`, its address cached.
+    #[inline]
+    pub fn errno_location(&self) -> *mut libc::c_int {
+        let p = self.errno.get();
+        if !p.is_null() {
+            return p;
+        }
+        // SAFETY: __errno_location has no preconditions and returns the
+        // calling thread's errno, valid for the thread's life.
+        let p = unsafe { libc::__errno_location() };
+        self.errno.set(p);
+        p
     }
 
     /// The OS thread id, cached.
