@@ -269,10 +269,7 @@ type FindObjectFn = unsafe extern "C" fn(*mut libc::c_void, *mut DlFindObject) -
 /// inside the call instruction).
 #[cold]
 pub(crate) fn compute(ip: u64) -> Rule {
-    use gimli::{
-        BaseAddresses, CfaRule, EhFrame, EhFrameHdr, NativeEndian, RegisterRule, UnwindSection,
-        X86_64,
-    };
+    use gimli::{BaseAddresses, EhFrame, EhFrameHdr, NativeEndian, UnwindSection};
     let find = FIND_OBJECT.load(Ordering::Acquire);
     if find.is_null() {
         return Rule::Complex;
@@ -322,14 +319,61 @@ pub(crate) fn compute(ip: u64) -> Rule {
     let Some(table) = parsed.table() else {
         return Rule::Complex;
     };
-    let mut ctx = gimli::UnwindContext::new();
-    let row = match table.unwind_info_for_address(&eh_frame, &bases, &mut ctx, addr, |s, b, o| {
-        s.cie_from_offset(b, o)
-    }) {
-        Ok(row) => row,
-        Err(gimli::Error::NoUnwindInfoForAddress) => return Rule::End,
-        Err(_) => return Rule::Complex,
+    with_context(|ctx| {
+        let row = match table.unwind_info_for_address(&eh_frame, &bases, ctx, addr, |s, b, o| {
+            s.cie_from_offset(b, o)
+        }) {
+            Ok(row) => row,
+            Err(gimli::Error::NoUnwindInfoForAddress) => return Rule::End,
+            Err(_) => return Rule::Complex,
+        };
+        rule_of_row(row)
+    })
+}
+
+/// The unwinding context kept between rule computations (see
+/// [`with_context`]); null while a thread uses it.
+static CONTEXT: AtomicPtr<gimli::UnwindContext<usize>> = AtomicPtr::new(core::ptr::null_mut());
+
+/// Runs `f` with an unwinding context: the one kept, or a new one while
+/// another thread has it. A new context allocates its rule stack, over a
+/// kilobyte: glibc serves a request that large only after merging every
+/// free block of its fast bins (`malloc_consolidate`), and one such
+/// allocation per rule computed, from the program's thread and arena,
+/// cost perl 300k hash ~75 ms of consolidation and slower allocations
+/// after it (unlink_chunk), 2.1x of its untraced time where the hooks' own
+/// work is a tenth of that.
+fn with_context<R>(f: impl FnOnce(&mut gimli::UnwindContext<usize>) -> R) -> R {
+    let kept = CONTEXT.swap(core::ptr::null_mut(), Ordering::AcqRel);
+    let mut ctx = if kept.is_null() {
+        Box::new(gimli::UnwindContext::new())
+    } else {
+        // SAFETY: a non-null CONTEXT came from Box::into_raw below, and the
+        // swap gave it to this thread alone.
+        unsafe { Box::from_raw(kept) }
     };
+    let r = f(&mut ctx);
+    let raw = Box::into_raw(ctx);
+    if CONTEXT
+        .compare_exchange(
+            core::ptr::null_mut(),
+            raw,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        )
+        .is_err()
+    {
+        // Another thread's context was kept meanwhile: this one goes.
+        // SAFETY: `raw` came from Box::into_raw just above and is not shared.
+        drop(unsafe { Box::from_raw(raw) });
+    }
+    r
+}
+
+/// The cached form of an unwind table row: CFA from `rsp` or `rbp` plus an
+/// offset, the caller's `rbp` at an offset from the CFA, if saved.
+fn rule_of_row(row: &gimli::UnwindTableRow<usize>) -> Rule {
+    use gimli::{CfaRule, RegisterRule, X86_64};
     match row.register(X86_64::RA) {
         Some(RegisterRule::Undefined) => return Rule::End,
         Some(RegisterRule::Offset(-8)) => {}

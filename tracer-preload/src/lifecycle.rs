@@ -43,7 +43,7 @@ use format_writers::{
 
 use crate::config::{self, Config, Unwind};
 use crate::intern::{stack_key, NO_STACK};
-use crate::writer::{self, Control, Msg, Output, Setup};
+use crate::writer::{self, Control, Msg, PendingOutput, Setup};
 use crate::{fds, sys, tls, unwind};
 
 const NOT_YET: u8 = 0;
@@ -440,7 +440,9 @@ enum Kind {
     Profile(config::Profile),
 }
 
-fn create_outputs(cfg: &Config, pid: u32) -> Vec<Output> {
+/// The files, created now (a failure is reported at once); their writers
+/// are built on the writer thread (see `PendingOutput`).
+fn create_outputs(cfg: &Config, pid: u32) -> Vec<PendingOutput> {
     let exe = exe_name();
     let names = config::Names {
         pid,
@@ -484,10 +486,10 @@ fn create_outputs(cfg: &Config, pid: u32) -> Vec<Output> {
         if let Some(m) = &cfg.manifest {
             append_manifest(m, &path);
         }
-        outputs.push(Output {
+        outputs.push(PendingOutput {
             path,
             slots,
-            writer,
+            make: writer,
             syscalls: matches!(kind, Kind::Trace(Format::Tlv)),
         });
     }
@@ -504,7 +506,7 @@ fn create_tlv(wanted: &str) -> std::io::Result<Created> {
     Ok((
         path,
         vec![slot],
-        Box::new(tlv::Writer::new(fds::FdSink::new(slot))),
+        Box::new(move || Ok(Box::new(tlv::Writer::new(fds::FdSink::new(slot))) as _)),
     ))
 }
 
@@ -515,15 +517,24 @@ fn create_profile(wanted: &str, profile: config::Profile) -> std::io::Result<Cre
     let Some(slot) = fds::register(file.into_raw_fd()) else {
         return Err(std::io::Error::other("too many trace files"));
     };
-    let sink = BufWriter::with_capacity(64 * 1024, fds::FdSink::new(slot));
-    let writer: Box<dyn TraceWriter> = match profile {
-        config::Profile::Malt => Box::new(malt::Writer::new(sink)),
-        config::Profile::Callgrind => Box::new(callgrind::Writer::new(sink)),
+    let make = move || {
+        let sink = BufWriter::with_capacity(64 * 1024, fds::FdSink::new(slot));
+        let writer: Box<dyn TraceWriter> = match profile {
+            config::Profile::Malt => Box::new(malt::Writer::new(sink)),
+            config::Profile::Callgrind => Box::new(callgrind::Writer::new(sink)),
+        };
+        Ok(writer)
     };
-    Ok((path, vec![slot], writer))
+    Ok((path, vec![slot], Box::new(make)))
 }
 
-type Created = (PathBuf, Vec<usize>, Box<dyn TraceWriter>);
+/// A created file: its name, its descriptors' slots, and what builds its
+/// writer (on the writer thread).
+type Created = (
+    PathBuf,
+    Vec<usize>,
+    Box<dyn FnOnce() -> std::io::Result<Box<dyn TraceWriter>> + Send>,
+);
 
 /// The mlyze writer spools next to its final file; both descriptors are ours
 /// (registered, movable), the writer only sees `Write`/`Read`/`Seek` on them.
@@ -543,25 +554,21 @@ fn create_mlyze(wanted: &str) -> std::io::Result<Created> {
         fds::release(out_slot);
         return Err(too_many());
     };
-    let sink = BufWriter::with_capacity(64 * 1024, fds::FdSink::new(out_slot));
-    match mlyze::Writer::with_spool(sink, fds::FdFile::new(spool_slot), Some(spool_path)) {
-        Ok(mut w) => {
-            w.set_spool_copier(Box::new(move |off, len| {
-                fds::copy_range(spool_slot, out_slot, off, len).map(|n| n as u64)
-            }));
-            // The file is new: the writer's first byte is at offset 0.
-            w.set_header_patcher(Box::new(move |off, bytes| {
-                use std::os::unix::fs::FileExt as _;
-                fds::FdSink::new(out_slot).write_all_at(bytes, off)
-            }));
-            Ok((path, vec![out_slot, spool_slot], Box::new(w)))
-        }
-        Err(e) => {
-            fds::release(out_slot);
-            fds::release(spool_slot);
-            Err(e)
-        }
-    }
+    let make = move || {
+        let sink = BufWriter::with_capacity(64 * 1024, fds::FdSink::new(out_slot));
+        let mut w =
+            mlyze::Writer::with_spool(sink, fds::FdFile::new(spool_slot), Some(spool_path))?;
+        w.set_spool_copier(Box::new(move |off, len| {
+            fds::copy_range(spool_slot, out_slot, off, len).map(|n| n as u64)
+        }));
+        // The file is new: the writer's first byte is at offset 0.
+        w.set_header_patcher(Box::new(move |off, bytes| {
+            use std::os::unix::fs::FileExt as _;
+            fds::FdSink::new(out_slot).write_all_at(bytes, off)
+        }));
+        Ok(Box::new(w) as Box<dyn TraceWriter>)
+    };
+    Ok((path, vec![out_slot, spool_slot], Box::new(make)))
 }
 
 /// dumpalloc writes to any `Write`: a movable descriptor behind an `FdSink`.
@@ -570,8 +577,11 @@ fn create_dumpalloc(wanted: &str) -> std::io::Result<Created> {
     let Some(slot) = fds::register(file.into_raw_fd()) else {
         return Err(std::io::Error::other("too many trace files"));
     };
-    let sink = BufWriter::with_capacity(64 * 1024, fds::FdSink::new(slot));
-    Ok((path, vec![slot], Box::new(dumpalloc::Writer::new(sink))))
+    let make = move || {
+        let sink = BufWriter::with_capacity(64 * 1024, fds::FdSink::new(slot));
+        Ok(Box::new(dumpalloc::Writer::new(sink)) as Box<dyn TraceWriter>)
+    };
+    Ok((path, vec![slot], Box::new(make)))
 }
 
 /// One line naming a trace file, for `tracer run`.
@@ -684,6 +694,7 @@ fn start(rx: Option<Receiver<Msg>>) -> bool {
         info: info(cfg),
         depth: cfg.stack_depth,
         symbolize: cfg.symbolize,
+        quiet: cfg.quiet,
     };
     let job = Box::new(Job {
         rx,
@@ -714,7 +725,7 @@ fn start(rx: Option<Receiver<Msg>>) -> bool {
 struct Job {
     rx: Receiver<Msg>,
     early: Vec<Msg>,
-    outputs: Vec<Output>,
+    outputs: Vec<PendingOutput>,
     setup: Setup,
     ctl: Arc<Control>,
 }

@@ -124,7 +124,10 @@ impl ExitPoint {
         }
         // `exit` (a few instructions) calls the handlers; the slot holding
         // the return address into it is found above the current frames.
-        let mut buf = vec![0u8; 64 * 1024];
+        // Not from the heap: see `sys::Mapped`.
+        let Some(mut buf) = sys::Mapped::zeroed(64 * 1024) else {
+            return self;
+        };
         let mut mem = SelfMemory {
             pid: sys::raw_getpid() as i32,
             direct: false,
@@ -1695,7 +1698,7 @@ static HELD_MASK: Mutex<Option<(u32, libc::sigset_t)>> = Mutex::new(None);
 pub fn hold_exit() {
     let me = sys::raw_gettid();
     // Ours and the writer's: nothing else may run.
-    let alone = std::fs::read_dir("/proc/self/task").is_ok_and(|d| d.count() <= 2);
+    let alone = sys::thread_count().is_some_and(|n| n <= 2);
     if !alone {
         return;
     }

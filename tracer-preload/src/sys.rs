@@ -43,6 +43,97 @@ pub fn keep_errno<R>(f: impl FnOnce() -> R) -> R {
     r
 }
 
+/// The number of threads of this process (`/proc/self/stat`, read with raw
+/// system calls into a buffer on the stack: no `opendir`, whose 32 KiB
+/// buffer is a large block of the program's heap; see [`Mapped`]).
+pub fn thread_count() -> Option<u64> {
+    let mut buf = [0u8; 1024];
+    // SAFETY: a NUL-terminated path; the raw calls keep the read out of the
+    // syscall capture; `buf` is writable for its length; the descriptor is
+    // closed before returning.
+    let n = unsafe {
+        let fd = libc::syscall(
+            libc::SYS_openat,
+            libc::AT_FDCWD,
+            c"/proc/self/stat".as_ptr(),
+            libc::O_RDONLY | libc::O_CLOEXEC,
+        );
+        if fd < 0 {
+            return None;
+        }
+        let n = libc::syscall(libc::SYS_read, fd, buf.as_mut_ptr(), buf.len());
+        libc::syscall(libc::SYS_close, fd);
+        n
+    };
+    let text = buf.get(..usize::try_from(n).ok()?)?;
+    // After the command name (in parentheses, possibly with spaces): state,
+    // then 16 more fields, then the thread count.
+    let after = &text[text.iter().rposition(|&b| b == b')')? + 1..];
+    let field = after
+        .split(|&b| b == b' ')
+        .filter(|f| !f.is_empty())
+        .nth(17)?;
+    core::str::from_utf8(field).ok()?.parse().ok()
+}
+
+/// Zeroed memory of its own mapping, unmapped when dropped: for a large
+/// buffer on a program thread, where a block of the program's heap of a
+/// kilobyte or more would first have glibc merge every free block of its
+/// fast bins (`malloc_consolidate`), tens of milliseconds after a program
+/// freed a great many small blocks (perl's exit).
+pub struct Mapped {
+    ptr: *mut u8,
+    len: usize,
+}
+
+impl Mapped {
+    /// `len` zero bytes, or `None` when the mapping fails.
+    pub fn zeroed(len: usize) -> Option<Mapped> {
+        // SAFETY: an anonymous private mapping, no file, no fixed address;
+        // the raw system call keeps it out of the syscall capture.
+        let p = unsafe {
+            libc::syscall(
+                libc::SYS_mmap,
+                0usize,
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1i32,
+                0usize,
+            )
+        };
+        if p == -1 || p == 0 || len == 0 {
+            return None;
+        }
+        Some(Mapped {
+            ptr: p as usize as *mut u8,
+            len,
+        })
+    }
+}
+
+impl core::ops::Deref for Mapped {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        // SAFETY: `ptr` is a live mapping of `len` readable bytes, ours alone.
+        unsafe { core::slice::from_raw_parts(self.ptr, self.len) }
+    }
+}
+
+impl core::ops::DerefMut for Mapped {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in `deref`, and `&mut self` makes the access exclusive.
+        unsafe { core::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+}
+
+impl Drop for Mapped {
+    fn drop(&mut self) {
+        // SAFETY: the mapping was made by `zeroed` and is not used after this.
+        unsafe { libc::syscall(libc::SYS_munmap, self.ptr as usize, self.len) };
+    }
+}
+
 /// The process id as the kernel sees it now (never a cached value: a `vfork`
 /// child shares our memory but has its own pid).
 pub fn raw_getpid() -> u32 {
@@ -207,5 +298,50 @@ pub fn own_text_range() -> (u64, u64) {
         } else {
             (lo, hi)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The count read from `/proc/self/stat` follows threads as they start
+    /// (the test harness runs other tests' threads meanwhile, so the count
+    /// is compared with `/proc/self/task` read around it).
+    #[test]
+    fn thread_count_follows_the_process_threads() {
+        let tasks = || std::fs::read_dir("/proc/self/task").unwrap().count() as u64;
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel::<()>();
+        let mut stops = Vec::new();
+        let mut threads = Vec::new();
+        for _ in 0..3 {
+            let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
+            let ready = ready_tx.clone();
+            stops.push(stop_tx);
+            threads.push(std::thread::spawn(move || {
+                ready.send(()).unwrap();
+                let _ = stop_rx.recv();
+            }));
+        }
+        for _ in 0..3 {
+            ready_rx.recv().unwrap();
+        }
+        let (lo, n, hi) = (tasks(), thread_count().expect("a count"), tasks());
+        assert!(n >= lo.min(hi) && n <= lo.max(hi), "{lo} <= {n} <= {hi}");
+        assert!(n >= 4, "the test thread and three more: {n}");
+        drop(stops);
+        for t in threads {
+            t.join().unwrap();
+        }
+    }
+
+    #[test]
+    fn a_mapped_buffer_is_zeroed_and_writable() {
+        let mut m = Mapped::zeroed(64 * 1024).expect("a mapping");
+        assert_eq!(m.len(), 64 * 1024);
+        assert!(m.iter().all(|&b| b == 0));
+        m[65535] = 7;
+        assert_eq!(m[65535], 7);
+        assert!(Mapped::zeroed(0).is_none());
     }
 }

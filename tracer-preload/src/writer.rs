@@ -94,6 +94,47 @@ pub struct Output {
     pub syscalls: bool,
 }
 
+/// An output whose file exists and whose writer the writer thread builds
+/// (`make`), so that the writer's buffers come from its own heap arena: a
+/// buffer of the program thread's arena that the writer grows or frees at
+/// exit (64 KiB write buffers, the mlyze log) has glibc merge every free
+/// block of that arena's fast bins first, ~50 ms after a program that freed
+/// a great many small blocks (perl 300k hash).
+pub struct PendingOutput {
+    pub path: PathBuf,
+    pub slots: Vec<usize>,
+    pub make: Box<dyn FnOnce() -> std::io::Result<Box<dyn TraceWriter>> + Send>,
+    pub syscalls: bool,
+}
+
+impl PendingOutput {
+    /// The output, its writer built on this thread; `None` (its
+    /// descriptors given back, and a line on stderr unless `quiet`) when
+    /// the writer could not be made.
+    pub fn make(self, quiet: bool) -> Option<Output> {
+        match (self.make)() {
+            Ok(writer) => Some(Output {
+                path: self.path,
+                slots: self.slots,
+                writer,
+                syscalls: self.syscalls,
+            }),
+            Err(e) => {
+                for &slot in &self.slots {
+                    fds::release(slot);
+                }
+                if !quiet {
+                    sys::stderr_line(&format!(
+                        "cannot start {}: {e}; it will not be written",
+                        self.path.display()
+                    ));
+                }
+                None
+            }
+        }
+    }
+}
+
 /// Shared between the writer thread and whoever stops it.
 #[derive(Default)]
 pub struct Control {
@@ -120,6 +161,8 @@ pub struct Setup {
     pub info: Vec<(String, String)>,
     pub depth: usize,
     pub symbolize: Symbolize,
+    /// `TRACER_QUIET`: no line on stderr.
+    pub quiet: bool,
 }
 
 /// How far one lane's messages may run ahead of another's in time while
@@ -190,11 +233,15 @@ struct State {
 pub fn run(
     rx: Receiver<Msg>,
     early: Vec<Msg>,
-    outputs: Vec<Output>,
+    pending: Vec<PendingOutput>,
     setup: Setup,
     ctl: &Control,
 ) -> Receiver<Msg> {
     tls::enter_forever();
+    let outputs = pending
+        .into_iter()
+        .filter_map(|p| p.make(setup.quiet))
+        .collect();
     let mut st = State::new(
         outputs,
         setup.depth,
