@@ -472,23 +472,27 @@ pub struct Memo {
 /// The thread's rules by return address: `slots[i]`, and the same rule in
 /// [`walk_quick`]'s form, `quick[i] == quick_of(&slots[i])`.
 ///
-/// `next[i]`: the quick rule of the frame that followed the last frame at
-/// index `i` (its caller), as a guess: [`walk_quick_by_address`] takes it
-/// when its address is the caller's return address. The guess is looked
-/// up with the frame's own address, known before the caller's return
-/// address is loaded from the stack, so the lookup no longer waits for
-/// that load: the loads of consecutive frames overlap. A return address
-/// has one caller almost always (python3: 98.7% of frames).
+/// `paths[i]`: the quick rules of the [`PATH`] frames that followed the last
+/// frame at index `i` (its caller, the caller's caller, ...), as guesses:
+/// [`walk_quick_by_address`] takes each where its address is the one found
+/// on the stack. They are looked up once, with the first frame's own
+/// address, so the frames after it need no lookup that waits for their
+/// return address to be loaded: their loads overlap. A return address has
+/// one caller almost always (python3: 98.7% of frames).
 struct ByRa {
     slots: [Slot; BY_RA],
     quick: [Quick; BY_RA],
-    next: [Quick; BY_RA],
+    paths: [[Quick; PATH]; BY_RA],
 }
+
+/// Frames a path guesses (see [`ByRa`]); the last of them starts the next
+/// path.
+const PATH: usize = 4;
 
 const EMPTY_BY_RA: ByRa = ByRa {
     slots: [EMPTY_SLOT; BY_RA],
     quick: [NO_QUICK; BY_RA],
-    next: [NO_QUICK; BY_RA],
+    paths: [[NO_QUICK; PATH]; BY_RA],
 };
 
 /// Entries of [`Memo::by_ra`] (24 bytes each).
@@ -1087,16 +1091,15 @@ fn walk_quick_by_address(
     } = *r;
     let span16_8 = span16 >> 3;
     let mut q = by_ra.quick[by_ra_index(ip)];
-    let ended = loop {
+    let ended = 'walk: loop {
+        // `ip`, whose rule is `q` when their addresses match, starts a path
+        // (see `ByRa::paths`).
         if n >= buf.len() || q.ra != ip {
             break false;
         }
         buf[n] = ip;
         n += 1;
-        // The guess of the caller's rule (see `ByRa::next`), loaded while
-        // the step below loads the caller's return address.
-        let here = by_ra_index(ip);
-        let guess = by_ra.next[here];
+        let start = by_ra_index(ip);
         let Some(ra) = quick_step(&q, &mut rsp, &mut rbp, lo, hi, span16_8) else {
             break true;
         };
@@ -1104,13 +1107,32 @@ fn walk_quick_by_address(
             break true;
         }
         ip = ra;
-        if guess.ra == ip {
-            q = guess;
-        } else {
-            q = by_ra.quick[by_ra_index(ip)];
-            if q.ra == ip {
-                by_ra.next[here] = q;
+        for j in 0..PATH {
+            let mut g = by_ra.paths[start][j];
+            if g.ra != ip {
+                g = by_ra.quick[by_ra_index(ip)];
+                if g.ra != ip {
+                    break 'walk false;
+                }
+                by_ra.paths[start][j] = g;
             }
+            if j == PATH - 1 {
+                // The path's last frame starts the next one.
+                q = g;
+                continue 'walk;
+            }
+            if n >= buf.len() {
+                break 'walk false;
+            }
+            buf[n] = ip;
+            n += 1;
+            let Some(ra) = quick_step(&g, &mut rsp, &mut rbp, lo, hi, span16_8) else {
+                break 'walk true;
+            };
+            if ra == 0 {
+                break 'walk true;
+            }
+            ip = ra;
         }
     };
     *r = Regs { n, ip, rsp, rbp };
@@ -1588,10 +1610,10 @@ mod tests {
         assert!(deep > 100, "{deep} walks deeper than the memo");
     }
 
-    /// The guess of a caller's rule (`ByRa::next`): a return address whose
-    /// caller alternates between two call sites is walked right both ways,
-    /// and the guess kept at its index is the rule of the caller seen last
-    /// (taken when right, replaced when wrong).
+    /// The guesses of the callers' rules (`ByRa::paths`): a return address
+    /// whose caller alternates between two call sites is walked right both
+    /// ways, and the path kept at its index holds the rules of the callers
+    /// seen last (taken when right, replaced when wrong).
     #[test]
     fn the_guessed_caller_is_taken_only_when_it_is_the_caller() {
         const END: u64 = 0x50_0000;
@@ -1646,8 +1668,10 @@ mod tests {
             // the general step learns the rules, and a guess is only kept
             // for a caller whose rule the thread has.
             if round >= 2 {
-                assert_eq!(memo.by_ra.next[by_ra_index(a)].ra, caller, "round {round}");
-                assert_eq!(memo.by_ra.next[by_ra_index(caller)].ra, d, "round {round}");
+                let path = memo.by_ra.paths[by_ra_index(a)];
+                assert_eq!(path[0].ra, caller, "round {round}");
+                assert_eq!(path[1].ra, d, "round {round}");
+                assert_eq!(path[2].ra, END, "round {round}");
             }
         }
         drop(stack);
