@@ -490,8 +490,12 @@ fn new_lane() -> Option<&'static Lane> {
 /// full (the caller tries the channel, which refuses it too).
 #[inline(always)]
 fn push(lane: &Lane, msg: Msg) -> Option<Msg> {
-    if let Msg::Stack { .. } = msg {
-        return push_stack(lane, msg);
+    if let Msg::Stack { key, frames } = &msg {
+        return if push_stack(lane, *key, frames) {
+            None
+        } else {
+            Some(msg)
+        };
     }
     let head = lane.head.0.load(Ordering::Relaxed);
     // SAFETY: `seen_tail` is the owner's (module doc); we are the owner.
@@ -519,37 +523,55 @@ fn publish(lane: &Lane, head: u64, seen: &mut u64) {
     }
 }
 
+/// Puts this thread's stack into its lane, copied from `frames` (no box:
+/// see `lifecycle::deliver_stack`); false when it must go through the
+/// channel instead, as for [`offer`].
+#[inline]
+pub fn offer_stack(key: u64, frames: &[u64]) -> bool {
+    let p = tls::hot().lane.get().cast::<Lane>();
+    let lane = if (p as usize) > NO_LANE {
+        // SAFETY: lanes are never freed.
+        unsafe { &*p }
+    } else if p.is_null() {
+        match sys::keep_errno(take) {
+            Some(l) => l,
+            None => return false,
+        }
+    } else {
+        return false;
+    };
+    push_stack(lane, key, frames)
+}
+
 /// [`push`] for a stack: its first slot, then its frames, four to a slot
-/// ([`slots_of`]); the box goes back to this thread's allocator.
+/// ([`slots_of`]). False when it does not fit the lane, or tracing stopped
+/// while the lane was full.
 #[cold]
 #[inline(never)]
-fn push_stack(lane: &Lane, msg: Msg) -> Option<Msg> {
-    let Msg::Stack { key, frames } = &msg else {
-        return Some(msg);
-    };
+fn push_stack(lane: &Lane, key: u64, frames: &[u64]) -> bool {
     let len = frames.len() as u64;
     let need = 1 + len.div_ceil(4);
     if need > lane.cap || len > LOW_MASK {
-        return Some(msg);
+        return false;
     }
     let head = lane.head.0.load(Ordering::Relaxed);
     // SAFETY: as in `push`.
     let seen = unsafe { &mut *lane.seen_tail.0.get() };
     if head + need - *seen > lane.cap && !wait_for_room(lane, head, seen, need) {
-        return Some(msg);
+        return false;
     }
     // SAFETY: head + need - tail <= cap, so the slots [head, head + need)
     // are outside [tail, head): the writer does not read them until
     // `head` moves past them.
     unsafe {
-        *lane.slot(head) = [0, len | STACK << KIND_SHIFT, 0, *key];
+        *lane.slot(head) = [0, len | STACK << KIND_SHIFT, 0, key];
         for (j, chunk) in frames.chunks(4).enumerate() {
             let d = &mut *lane.slot(head + 1 + j as u64);
             d[..chunk.len()].copy_from_slice(chunk);
         }
     }
     publish(lane, head + need, seen);
-    None
+    true
 }
 
 /// Waits until the writer freed `need` slots; false when tracing stopped.

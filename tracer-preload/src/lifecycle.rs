@@ -258,23 +258,29 @@ fn send_stack(frames: &[u64], sent: Option<&mut tls::Sent>) -> u64 {
     }
     match sent {
         Some(sent) => {
-            if !sent.already(key)
-                && !deliver(Msg::Stack {
-                    key,
-                    frames: frames.into(),
-                })
-            {
+            if !sent.already(key) && !deliver_stack(key, frames) {
                 sent.forget(key);
             }
         }
         None => {
-            deliver(Msg::Stack {
-                key,
-                frames: frames.into(),
-            });
+            deliver_stack(key, frames);
         }
     }
     key
+}
+
+/// [`deliver`] for a stack: copied into this thread's lane when it has one,
+/// boxed for the channel or the early list otherwise (a block of the
+/// program's heap, allocated here and freed by the writer).
+#[inline]
+fn deliver_stack(key: u64, frames: &[u64]) -> bool {
+    if STATE.load(Ordering::Acquire) == TRACING && crate::lane::offer_stack(key, frames) {
+        return true;
+    }
+    deliver(Msg::Stack {
+        key,
+        frames: frames.into(),
+    })
 }
 
 /// Whether hooks should record; starts the tracer on the very first call (so
