@@ -42,6 +42,26 @@ fn threads_traced() {
     );
 }
 
+/// small_stack.c: a thread on a `PTHREAD_STACK_MIN` stack allocating 20
+/// calls deep. Traced, it must still be created (static TLS comes out of
+/// every thread's stack: libtracer's 48 KiB made this `pthread_create` fail
+/// with EINVAL) and run without overflowing its stack, its calls all seen.
+#[test]
+fn a_thread_on_the_smallest_stack_runs_and_is_traced() {
+    let bin = example("small_stack");
+    let cmd = Cmd::new(&bin);
+    let plain = cmd.run_plain();
+    assert_eq!(String::from_utf8_lossy(&plain.stdout), "created 0\n");
+    for env in [&[][..], &[("TRACER_UNWIND", "fp")][..]] {
+        let run = run_traced(&cmd, env);
+        assert_same_behaviour(&plain, &run, "small_stack");
+        let trace = single_trace(&run);
+        let dtv = dtv_bytes_for(&bin, Some(&tracer_lib()));
+        let own = Figures::new(3, 2, 600, 300, 1);
+        assert_trace_figures(&trace, own.plus_live(1, dtv), "small_stack");
+    }
+}
+
 /// 8 threads x 200,000 allocations and frees, blocks freed by other threads:
 /// every count exact, nothing of the program's live at the end, trace valid.
 #[test]

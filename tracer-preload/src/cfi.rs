@@ -331,9 +331,25 @@ pub(crate) fn compute(ip: u64) -> Rule {
     })
 }
 
+/// gimli's context storage with room for 32 register rules in a row,
+/// where its default has 192: a row is then ~1 KiB instead of ~6 KiB, and
+/// a rule computation, which runs on the program's stack inside its
+/// `malloc`, needs a few KiB of stack instead of ~10 (a thread on a 16 KiB
+/// stack overflowed: `small_stack.c`). An x86-64 CFI row describes the
+/// return address and at most the callee-saved registers; more rules make
+/// the rule "complex" (libgcc's unwinder takes the stack then).
+struct Rows;
+
+impl gimli::UnwindContextStorage<usize> for Rows {
+    type Rules = [(gimli::Register, gimli::RegisterRule<usize>); 32];
+    type Stack = Box<[gimli::UnwindTableRow<usize, Self>; 4]>;
+}
+
+type Context = gimli::UnwindContext<usize, Rows>;
+
 /// The unwinding context kept between rule computations (see
 /// [`with_context`]); null while a thread uses it.
-static CONTEXT: AtomicPtr<gimli::UnwindContext<usize>> = AtomicPtr::new(core::ptr::null_mut());
+static CONTEXT: AtomicPtr<Context> = AtomicPtr::new(core::ptr::null_mut());
 
 /// Runs `f` with an unwinding context: the one kept, or a new one while
 /// another thread has it. A new context allocates its rule stack, over a
@@ -343,10 +359,10 @@ static CONTEXT: AtomicPtr<gimli::UnwindContext<usize>> = AtomicPtr::new(core::pt
 /// cost perl 300k hash ~75 ms of consolidation and slower allocations
 /// after it (unlink_chunk), 2.1x of its untraced time where the hooks' own
 /// work is a tenth of that.
-fn with_context<R>(f: impl FnOnce(&mut gimli::UnwindContext<usize>) -> R) -> R {
+fn with_context<R>(f: impl FnOnce(&mut Context) -> R) -> R {
     let kept = CONTEXT.swap(core::ptr::null_mut(), Ordering::AcqRel);
     let mut ctx = if kept.is_null() {
-        Box::new(gimli::UnwindContext::new())
+        Box::new(Context::new_in())
     } else {
         // SAFETY: a non-null CONTEXT came from Box::into_raw below, and the
         // swap gave it to this thread alone.
@@ -372,7 +388,7 @@ fn with_context<R>(f: impl FnOnce(&mut gimli::UnwindContext<usize>) -> R) -> R {
 
 /// The cached form of an unwind table row: CFA from `rsp` or `rbp` plus an
 /// offset, the caller's `rbp` at an offset from the CFA, if saved.
-fn rule_of_row(row: &gimli::UnwindTableRow<usize>) -> Rule {
+fn rule_of_row(row: &gimli::UnwindTableRow<usize, Rows>) -> Rule {
     use gimli::{CfaRule, RegisterRule, X86_64};
     match row.register(X86_64::RA) {
         Some(RegisterRule::Undefined) => return Rule::End,
@@ -517,9 +533,10 @@ fn by_address(by_ra: &mut ByRa, ip: u64, lookup: &mut impl FnMut(u64) -> u64) ->
     *h
 }
 
+#[cfg(test)]
 impl Memo {
-    /// A thread's memo before its first capture (`const`: it lives in a
-    /// `const`-initialised thread-local, `tls::Capture`).
+    /// A memo before its first capture (the hooks' start all-zero, in a
+    /// lane's fresh mapping, which the generation check resets the same).
     pub const NEW: Memo = Memo {
         generation: 0,
         by_address_runs: 0,
@@ -1710,6 +1727,13 @@ mod tests {
             reference_n: Option<usize>,
         }
 
+        thread_local! {
+            /// The test thread's memo, kept from capture to capture as a
+            /// lane keeps it for the hooks.
+            static TEST_MEMO: core::cell::UnsafeCell<Memo> =
+                const { core::cell::UnsafeCell::new(Memo::NEW) };
+        }
+
         fn bounds() -> (u64, u64) {
             // SAFETY: as in unwind::bounds: attr initialised before use and
             // destroyed after; out-pointers are valid locals.
@@ -1735,10 +1759,11 @@ mod tests {
             out.reference = vec![0; out.depth];
             // The thread's memo, kept from capture to capture as the hooks
             // keep it.
-            out.memo_n = crate::tls::with_capture(|c| {
-                capture(Some(&mut c.memo), &mut out.memo, ip, rsp, rbp, lo, hi)
-            })
-            .expect("the test thread's capture state");
+            out.memo_n = TEST_MEMO.with(|m| {
+                // SAFETY: this thread's alone, not reentered.
+                let memo = unsafe { &mut *m.get() };
+                capture(Some(memo), &mut out.memo, ip, rsp, rbp, lo, hi)
+            });
             out.reference_n = capture_reference(&mut out.reference, ip, rsp, rbp, lo, hi);
             black_box(ip)
         }

@@ -277,6 +277,10 @@ pub struct Lane {
     cap: u64,
     /// Aligned, so that no slot straddles two cache lines.
     slots: Line<UnsafeCell<[Slot; SLOTS]>>,
+    /// What the owner's stack captures use (`tls::Capture`): the owner's
+    /// alone, like `seen_tail`; it passes to the lane's next thread with the
+    /// lane (its memo and sent stacks stay right; `bounds` is reset).
+    capture: Line<UnsafeCell<tls::Capture>>,
 }
 
 impl Lane {
@@ -298,8 +302,10 @@ impl Lane {
 
 // SAFETY: slots in [tail, head) are written by the one owner before `head`
 // is published and read by the writer (the one consumer) after it loads
-// `head`; slots outside that range are the owner's. `seen_tail` is only
-// touched by the owner, inside its guard.
+// `head`; slots outside that range are the owner's. `seen_tail` and
+// `capture` are only touched by the owner, inside its guard (a new owner
+// takes the lane by a compare-and-swap of `state` that follows the old
+// owner's release of it).
 unsafe impl Sync for Lane {}
 
 /// Every lane ever made (lanes are never freed).
@@ -391,6 +397,27 @@ pub fn offer(msg: Msg) -> Option<Msg> {
     push(lane, msg)
 }
 
+/// Runs `f` on this thread's capture state, in its lane (taken now if the
+/// thread has none yet); `None` when the thread cannot have a lane.
+/// Called inside the guard.
+#[inline]
+pub fn with_capture<R>(f: impl FnOnce(&mut tls::Capture) -> R) -> Option<R> {
+    let p = tls::hot().lane.get().cast::<Lane>();
+    let lane = if (p as usize) > NO_LANE {
+        // SAFETY: lanes are never freed.
+        unsafe { &*p }
+    } else if p.is_null() {
+        sys::keep_errno(take)?
+    } else {
+        return None;
+    };
+    // SAFETY: the lane is this thread's; only its own captures touch the
+    // state, inside the reentrancy guard (a hook nested in a signal handler
+    // or in the capture's own allocations passes through without
+    // capturing), so no other reference to it exists while `f` runs.
+    Some(f(unsafe { &mut *lane.capture.0.get() }))
+}
+
 /// `Hot::lane` of a thread that could not get a lane (`TRACER_LANE=0`, or
 /// no memory for one): its messages go through the channel without another
 /// try (a failing `mmap` per message otherwise).
@@ -432,6 +459,10 @@ fn take() -> Option<&'static Lane> {
         },
     };
     lane.tid.store(tid, Ordering::Relaxed);
+    // SAFETY: the lane is this thread's now (the exchange above or a new
+    // mapping), and no capture of this thread is running (`take` is called
+    // before one starts).
+    unsafe { (*lane.capture.0.get()).bounds = (0, 0) };
     let p = lane as *const Lane as *mut Lane;
     hot.lane.set(p.cast());
     let key = KEY.load(Ordering::Acquire);

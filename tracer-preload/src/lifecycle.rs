@@ -222,7 +222,7 @@ fn stack_now(entry: u64) -> u64 {
     // bounds, the sent stacks. Deeper captures use a fresh array, and
     // threads whose TLS is being torn down neither memo nor sent cache.
     if depth <= config::DEFAULT_DEPTH {
-        if let Some(key) = tls::with_capture(|c| {
+        if let Some(key) = crate::lane::with_capture(|c| {
             let tls::Capture {
                 frames,
                 memo,
@@ -238,7 +238,7 @@ fn stack_now(entry: u64) -> u64 {
     }
     let mut large = [0u64; config::MAX_DEPTH];
     let frames = &mut large[..depth.min(config::MAX_DEPTH)];
-    let key = tls::with_capture(|c| {
+    let key = crate::lane::with_capture(|c| {
         let n = unwind::capture(method, frames, Some((&mut c.memo, &mut c.bounds)), entry);
         send_stack(&frames[..n], Some(&mut c.sent))
     });
@@ -384,7 +384,6 @@ pub fn constructor() {
         }
     }
     crate::cfi::init();
-    tls::init_keys();
     DEPTH.store(cfg.stack_depth, Ordering::Relaxed);
     UNWIND_FP.store(cfg.unwind == Unwind::Fp, Ordering::Relaxed);
     ALLOCS.store(cfg.allocations(), Ordering::Relaxed);

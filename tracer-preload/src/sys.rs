@@ -112,6 +112,15 @@ impl Mapped {
     }
 }
 
+impl Mapped {
+    /// The mapping's address; it stays mapped for the life of the process.
+    pub fn leak(self) -> *mut u8 {
+        let p = self.ptr;
+        core::mem::forget(self);
+        p
+    }
+}
+
 impl core::ops::Deref for Mapped {
     type Target = [u8];
     fn deref(&self) -> &[u8] {

@@ -18,21 +18,21 @@
 //! object's TLS in the static block); a late `dlopen` of the library is
 //! served from glibc's surplus static TLS (our block is 32 bytes).
 
-use core::cell::{Cell, UnsafeCell};
-use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use core::cell::Cell;
+use core::sync::atomic::{AtomicU32, Ordering};
 
 use crate::sys;
 
 /// Number of entries of the direct-mapped "already sent" stack cache every
-/// thread starts with (8 KiB of TLS).
+/// lane starts with (8 KiB).
 const SENT_SLOTS: usize = 1024;
 /// A thread that evicted `GROW_AFTER` sent keys from it within `WINDOW`
 /// lookups (a miss rate of 6% or more: more distinct stacks
 /// in use than it holds: alloc_chain's 4,096 sent almost every stack again,
 /// a boxed copy of ~20 frames and an extra message per allocation) moves to
-/// a larger cache on the heap: `BIG_SETS` sets of `WAYS` keys, one cache
-/// line each, least recently used out (128 KiB, only for threads that need
-/// it).
+/// a larger cache of its own mapping: `BIG_SETS` sets of `WAYS` keys, one
+/// cache line each, least recently used out (128 KiB, only for threads that
+/// need it; kept with the lane, for the threads that use it next).
 const GROW_AFTER: u32 = 4096;
 const WINDOW: u32 = 65536;
 const BIG_SETS: usize = 2048;
@@ -47,14 +47,13 @@ struct SentCache {
     evictions: u32,
     lookups: u32,
     keys: [u64; SENT_SLOTS],
-    /// The large cache (leaked from a `Box` of `BIG_SETS` sets; a
-    /// `pthread` key's destructor frees it when the thread exits: a
-    /// thread-local with a destructor would need glibc to allocate its
-    /// registration, whose free at thread exit reaches our hooks).
+    /// The large cache: `BIG_SETS` sets of a mapping never unmapped (the
+    /// cache stays with its lane, and lanes are never freed).
     big: Option<&'static mut [Set]>,
 }
 
 impl SentCache {
+    #[cfg(test)]
     const fn new() -> SentCache {
         SentCache {
             epoch: 0,
@@ -107,16 +106,17 @@ impl SentCache {
     /// Moves to the large cache, keeping every key the small one holds.
     #[cold]
     fn grow(&mut self) {
-        let big: &'static mut [Set] = Box::leak(vec![Set([0; WAYS]); BIG_SETS].into_boxed_slice());
-        let key = BIG_KEY.load(Ordering::Acquire);
-        if key != u64::MAX {
-            // SAFETY: the key was created by `init_keys`; the value is the
-            // cache the destructor frees (a key below 32 stores it inline,
-            // without allocating).
-            unsafe {
-                libc::pthread_setspecific(key as libc::pthread_key_t, big.as_mut_ptr().cast())
-            };
-        }
+        // Not from the program's heap (see `sys::Mapped`); a failed mapping
+        // leaves the small cache in use.
+        let Some(map) = sys::Mapped::zeroed(BIG_SETS * core::mem::size_of::<Set>()) else {
+            self.evictions = 0;
+            return;
+        };
+        let p = map.leak().cast::<Set>();
+        // SAFETY: a fresh zeroed mapping of BIG_SETS sets (an all-zero Set
+        // is valid), page-aligned, never unmapped and referred to by this
+        // cache alone.
+        let big: &'static mut [Set] = unsafe { core::slice::from_raw_parts_mut(p, BIG_SETS) };
         self.big = Some(big);
         for i in 0..SENT_SLOTS {
             let k = self.keys[i];
@@ -209,10 +209,13 @@ pub fn hot() -> &'static Hot {
     }
 }
 
-/// What a stack capture uses on its thread, in one thread-local: Rust's
-/// thread-locals in a shared object cost a call to `__tls_get_addr` each,
-/// and an allocation used four (frame buffer, unwinding memo, stack
-/// bounds, sent cache).
+/// What a stack capture uses on its thread, together (an allocation used
+/// four thread-locals before, a call to `__tls_get_addr` each in a shared
+/// object). It lives in the thread's lane (`lane::with_capture`), not in
+/// static TLS: 48 KiB of TLS came out of every thread's stack, and a thread
+/// asked with `PTHREAD_STACK_MIN` (16 KiB) could not be created at all
+/// (`EINVAL`). An all-zero `Capture` is valid (memo and cache are reset on
+/// first use: their generation and epoch are never 0).
 pub struct Capture {
     /// The frame buffer of a capture of the default depth (its contents are
     /// whatever the previous capture left).
@@ -225,35 +228,13 @@ pub struct Capture {
     pub bounds: (u64, u64),
 }
 
-/// The stacks this thread has sent to the current writer.
+/// The stacks sent to the current writer from this lane (by its threads:
+/// a lane is given to another thread only once the writer took every
+/// message in it, stacks included).
 pub struct Sent(SentCache);
 
 thread_local! {
     static STACK_BOUNDS: Cell<(u64, u64)> = const { Cell::new((0, 0)) };
-
-    static CAPTURE: UnsafeCell<Capture> = const {
-        UnsafeCell::new(Capture {
-            frames: [0; crate::config::DEFAULT_DEPTH],
-            memo: crate::cfi::Memo::NEW,
-            sent: Sent(SentCache::new()),
-            bounds: (0, 0),
-        })
-    };
-}
-
-/// Runs `f` on this thread's capture state; None while the thread's TLS is
-/// torn down.
-#[inline]
-pub fn with_capture<R>(f: impl FnOnce(&mut Capture) -> R) -> Option<R> {
-    CAPTURE
-        .try_with(|cell| {
-            // SAFETY: only this thread's stack capture touches the state,
-            // inside the reentrancy guard (a hook nested in a signal handler
-            // or in the capture's own allocations passes through without
-            // capturing), so no other reference to it exists while `f` runs.
-            f(unsafe { &mut *cell.get() })
-        })
-        .ok()
 }
 
 impl Sent {
@@ -276,47 +257,6 @@ impl Sent {
     pub fn forget(&mut self, key: u64) {
         self.0.forget(key);
     }
-}
-
-/// The key whose destructor frees an exiting thread's large sent cache.
-static BIG_KEY: AtomicU64 = AtomicU64::new(u64::MAX);
-
-/// Creates the thread-exit key of the large sent caches (from the
-/// constructor, once, before the program starts threads).
-pub fn init_keys() {
-    if BIG_KEY.load(Ordering::Relaxed) != u64::MAX {
-        return;
-    }
-    let mut key: libc::pthread_key_t = 0;
-    // SAFETY: `key` is writable; the destructor is a plain function valid
-    // for the life of the process.
-    if unsafe { libc::pthread_key_create(&mut key, Some(sent_cache_gone)) } == 0 {
-        BIG_KEY.store(u64::from(key), Ordering::Release);
-    }
-}
-
-/// Key destructor: the thread is exiting; its large sent cache is freed
-/// (a later allocation of this thread, another destructor's, finds none and
-/// starts over with the small one).
-unsafe extern "C" fn sent_cache_gone(p: *mut core::ffi::c_void) {
-    let _ = CAPTURE.try_with(|cell| {
-        // SAFETY: as in `with_capture`; a key destructor runs on the
-        // exiting thread itself, outside any capture.
-        let cache = unsafe { &mut (*cell.get()).sent.0 };
-        if cache.big.as_ref().is_some_and(|b| b.as_ptr().cast() == p) {
-            cache.big = None;
-            cache.evictions = 0;
-        }
-    });
-    // SAFETY: `p` is the pointer `SentCache::grow` leaked from a boxed slice
-    // of `BIG_SETS` sets and registered for this thread alone; nothing
-    // refers to it any more.
-    drop(unsafe {
-        Box::from_raw(core::ptr::slice_from_raw_parts_mut(
-            p.cast::<Set>(),
-            BIG_SETS,
-        ))
-    });
 }
 
 /// Bumped whenever a new writer starts (fork child, restart after a failed
