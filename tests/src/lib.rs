@@ -232,6 +232,46 @@ impl Traced {
     }
 }
 
+/// How long a traced example may run before it counts as hung.
+const HUNG_AFTER: std::time::Duration = std::time::Duration::from_secs(180);
+
+/// The child's output; a child still running after [`HUNG_AFTER`] is killed
+/// and the test fails saying so (a tracer that deadlocks must fail the
+/// suite, not stall it).
+fn wait_or_kill(child: std::process::Child, argv: &[OsString]) -> Output {
+    use std::sync::atomic::AtomicBool;
+    use std::sync::Arc;
+    let pid = child.id() as i32;
+    let done = Arc::new(AtomicBool::new(false));
+    let killed = Arc::new(AtomicBool::new(false));
+    let watchdog = {
+        let (done, killed) = (done.clone(), killed.clone());
+        std::thread::spawn(move || {
+            let start = std::time::Instant::now();
+            while !done.load(Ordering::SeqCst) {
+                if start.elapsed() > HUNG_AFTER {
+                    killed.store(true, Ordering::SeqCst);
+                    // SAFETY: kill(2) on the child's pid, which cannot have
+                    // been reused: the child is not reaped until
+                    // wait_with_output returns, after `done` is set.
+                    unsafe { libc::kill(pid, libc::SIGKILL) };
+                    return;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+        })
+    };
+    let output = child.wait_with_output().expect("wait for traced program");
+    done.store(true, Ordering::SeqCst);
+    let _ = watchdog.join();
+    assert!(
+        !killed.load(Ordering::SeqCst),
+        "{argv:?} hung under libtracer: killed after {HUNG_AFTER:?}; stderr: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    output
+}
+
 /// Runs `cmd` under `LD_PRELOAD=libtracer.so` with traces going to a fresh
 /// directory, `TRACER_QUIET=1` and a manifest; `extra` settings come last and
 /// override.
@@ -257,7 +297,7 @@ pub fn run_traced(cmd: &Cmd, extra: &[(&str, &str)]) -> Traced {
         .spawn()
         .unwrap_or_else(|e| panic!("cannot run {:?}: {e}", cmd.argv));
     let pid = child.id();
-    let output = child.wait_with_output().expect("wait for traced program");
+    let output = wait_or_kill(child, &cmd.argv);
     let files = trace_files(&dir);
     let manifest = fs::read_to_string(&manifest)
         .map(|s| s.lines().map(PathBuf::from).collect())

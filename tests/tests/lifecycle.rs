@@ -62,6 +62,44 @@ fn a_thread_on_the_smallest_stack_runs_and_is_traced() {
     }
 }
 
+/// getattr_first.c: the main thread, then a second one, call
+/// pthread_getattr_np before any other allocation (glibc allocates inside
+/// it, holding the thread's own lock). Traced, the program must finish as
+/// it does untraced (it hung: the capture asked pthread_getattr_np for the
+/// stack's bounds from inside that allocation), and the thread's block
+/// keeps a stack through worker().
+#[test]
+fn pthread_getattr_np_as_a_threads_first_call_does_not_hang() {
+    let bin = example("getattr_first");
+    let cmd = Cmd::new(&bin);
+    let plain = cmd.run_plain();
+    assert_eq!(
+        String::from_utf8_lossy(&plain.stdout),
+        "main 0 thread 0 size 1\n"
+    );
+    for env in [&[][..], &[("TRACER_UNWIND", "fp")][..]] {
+        let run = run_traced(&cmd, env);
+        assert_same_behaviour(&plain, &run, "getattr_first");
+        let trace = single_trace(&run);
+        let kept: Vec<u64> = trace
+            .allocs
+            .iter()
+            .filter(|&&(size, _)| size == 4321)
+            .map(|&(_, stack)| stack)
+            .collect();
+        assert_eq!(kept.len(), 1, "one 4321-byte block: {:?}", trace.allocs);
+        let names: Vec<String> = trace
+            .symbolized(kept[0])
+            .into_iter()
+            .filter_map(|(_, s)| s.map(|s| s.function))
+            .collect();
+        assert!(
+            names.iter().any(|n| n == "worker"),
+            "the block's stack runs through worker(): {names:?} ({env:?})"
+        );
+    }
+}
+
 /// 8 threads x 200,000 allocations and frees, blocks freed by other threads:
 /// every count exact, nothing of the program's live at the end, trace valid.
 #[test]

@@ -289,6 +289,35 @@ pub unsafe fn assert_fail(
     abort()
 }
 
+// ------------------------------------------------------ pthread_getattr_np
+
+type GetattrFn = unsafe extern "C" fn(libc::pthread_t, *mut libc::pthread_attr_t) -> c_int;
+
+static REAL_GETATTR: core::sync::atomic::AtomicPtr<c_void> =
+    core::sync::atomic::AtomicPtr::new(core::ptr::null_mut());
+
+/// glibc's `pthread_getattr_np` allocates while it holds the thread's lock;
+/// the mark tells a capture there not to ask for the stack's bounds with
+/// the same call (`unwind::bounds`), which would wait on that lock.
+pub unsafe fn pthread_getattr_np(
+    thread: libc::pthread_t,
+    attr: *mut libc::pthread_attr_t,
+) -> c_int {
+    use core::sync::atomic::Ordering;
+    let mut real = REAL_GETATTR.load(Ordering::Acquire);
+    if real.is_null() {
+        real = next_symbol(c"pthread_getattr_np");
+        if real.is_null() {
+            return libc::ENOSYS;
+        }
+        REAL_GETATTR.store(real, Ordering::Release);
+    }
+    let was = tls::set_in_getattr(true);
+    let rc = core::mem::transmute::<*mut c_void, GetattrFn>(real)(thread, attr);
+    tls::set_in_getattr(was);
+    rc
+}
+
 // ---------------------------------------------------------------- dlclose
 
 /// Before glibc's `dlclose` may unmap an object, the writer symbolizes the

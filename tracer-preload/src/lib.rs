@@ -235,6 +235,14 @@ execl_entry!(execlp, hooks::EXECLP);
 execl_entry!(execle, hooks::EXECLE);
 
 #[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn pthread_getattr_np(
+    thread: libc::pthread_t,
+    attr: *mut libc::pthread_attr_t,
+) -> c_int {
+    hooks::pthread_getattr_np(thread, attr)
+}
+
+#[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn dlclose(handle: *mut c_void) -> c_int {
     hooks::dlclose(handle)
 }

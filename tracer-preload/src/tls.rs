@@ -160,7 +160,10 @@ pub struct Hot {
     /// Set by our `vfork` around the system call: the child runs on this
     /// thread's memory, and must never record into the parent's trace.
     vfork: Cell<bool>,
-    _pad: [u8; 2],
+    /// Inside `pthread_getattr_np` (our wrapper): glibc holds the thread's
+    /// own lock while it allocates there, so a hook must not ask it again.
+    in_getattr: Cell<bool>,
+    _pad: [u8; 1],
     /// The OS thread id, 0 until first asked.
     tid: Cell<u32>,
     /// This thread's syscall ring (`syscalls::ring`), null until taken.
@@ -342,6 +345,18 @@ pub fn vforked() -> bool {
 /// Set before the `vfork` system call, cleared when it returned in the parent.
 pub fn set_vforked(v: bool) {
     hot().vfork.set(v);
+}
+
+/// Whether this thread is inside `pthread_getattr_np`.
+#[inline]
+pub fn in_getattr() -> bool {
+    hot().in_getattr.get()
+}
+
+/// Marks this thread as inside `pthread_getattr_np` (or not); returns the
+/// previous mark.
+pub fn set_in_getattr(v: bool) -> bool {
+    hot().in_getattr.replace(v)
 }
 
 /// Marks this thread as the tracer's own for good (the writer thread): every

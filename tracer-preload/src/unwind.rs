@@ -110,6 +110,13 @@ fn bounds() -> Option<(u64, u64)> {
     if hi != 0 {
         return Some((lo, hi));
     }
+    // Inside the program's own pthread_getattr_np, glibc holds this thread's
+    // lock while it allocates: asking again would wait for ever (a thread
+    // whose first allocation is that one, as in a JVM's or rustc's threads).
+    // That capture goes to the unwinder that needs no bounds.
+    if tls::in_getattr() {
+        return None;
+    }
     // SAFETY: `attr` is initialised by pthread_getattr_np before use and
     // destroyed afterwards; the out-pointers are valid locals. The allocations
     // and file reads glibc makes here pass through our guard.
