@@ -231,6 +231,53 @@ fn a_leak_in_a_thread_and_the_dtv_of_the_finished_thread() {
     assert_eq!(dtv_ours % 16, 0);
 }
 
+/// leaks/main_exit.c: `main` calls pthread_exit, its worker is the last
+/// thread. Traced, the process must end as it does untraced (it never
+/// ended: the writer thread kept it alive), with a scan that still reads
+/// memory once the main thread is gone (its /proc/self/maps is empty then):
+/// the worker's lost block definite, its kept one reachable.
+#[test]
+fn the_last_thread_ending_ends_the_traced_process_with_its_scan() {
+    let bin = example("leaks/main_exit");
+    let cmd = Cmd::new(&bin);
+    let plain = cmd.run_plain();
+    assert_eq!(
+        String::from_utf8_lossy(&plain.stdout),
+        "main_exit: worker done\n"
+    );
+    let traced = run_traced(&cmd, &[]);
+    assert_eq!(
+        (
+            String::from_utf8_lossy(&traced.output.stdout).to_string(),
+            status_text(&traced.output.status)
+        ),
+        (
+            String::from_utf8_lossy(&plain.stdout).to_string(),
+            status_text(&plain.status)
+        ),
+        "stderr: {}",
+        traced.stderr()
+    );
+    let s = read_scan(&traced.files[0]).unwrap_or_else(|e| panic!("{e}"));
+    assert!(s.scanned, "a LeakScan record");
+    assert_eq!((s.unclassified, s.stray), (0, 0));
+    let kind_of = |size: u64| -> Vec<LeakKind> {
+        s.blocks
+            .iter()
+            .filter(|b| b.1 == size)
+            .map(|b| b.2)
+            .collect()
+    };
+    assert_eq!(kind_of(48), vec![LeakKind::Definite], "{:?}", s.blocks);
+    assert_eq!(kind_of(64), vec![LeakKind::Reachable], "{:?}", s.blocks);
+    assert_eq!(
+        s.classes.get(LeakKind::Definite),
+        (48, 1),
+        "one definite leak, the worker's: {:?}",
+        s.blocks
+    );
+}
+
 #[test]
 fn scan_can_be_switched_off() {
     let bin = example("leaks/direct");

@@ -753,6 +753,9 @@ fn spawn_writer(job: Box<Job>) -> Result<libc::pthread_t, i32> {
             ctl,
         } = *job;
         let rx = writer::run(rx, early, outputs, setup, &ctl);
+        if orphaned() {
+            end_orphaned(&ctl);
+        }
         Box::into_raw(Box::new(rx)).cast()
     }
     let arg = Box::into_raw(job);
@@ -890,7 +893,62 @@ pub fn before_abort() {
     request_flush(ctl, Duration::from_secs(1));
 }
 
+/// Set by the writer once it found every thread of the program gone with
+/// the process still there (see [`program_gone`]): the trace is finished
+/// and the writer calls `exit(0)` itself, as glibc does when the last thread
+/// ends, so the exit handlers below have nothing left to do.
+static ORPHANED: AtomicBool = AtomicBool::new(false);
+
+/// Whether every thread of the program has ended and the writer alone keeps
+/// the process alive: glibc ends a process when its last thread returns or
+/// calls `pthread_exit`, and counts the writer among them (a `main` that
+/// called `pthread_exit` and its last thread gone, or a thread leaving
+/// with the raw `exit` system call). Asked by the writer when idle; if so,
+/// tracing stops here (the leak scan is asked from the writer's own point)
+/// and the writer finishes the files, then calls [`end_orphaned`].
+pub fn program_gone() -> bool {
+    if !is_traced_process() || STATE.load(Ordering::Acquire) != TRACING || !sys::alone() {
+        return false;
+    }
+    if STATE
+        .compare_exchange(TRACING, SHUTTING_DOWN, Ordering::AcqRel, Ordering::Acquire)
+        .is_err()
+    {
+        return false;
+    }
+    ORPHANED.store(true, Ordering::SeqCst);
+    if crate::scan::enabled() {
+        crate::scan::request(crate::scan::ExitPoint::here());
+    }
+    true
+}
+
+/// After the writer finished the files of an orphaned process: the summary
+/// line, then `exit(0)` from the writer thread (the program's exit handlers
+/// run there, unrecorded: the writer is the tracer's own thread).
+pub fn end_orphaned(ctl: &Control) -> ! {
+    let quiet = config().is_none_or(|c| c.quiet);
+    if !quiet {
+        if let Ok(w) = ctl.written.lock() {
+            if !w.is_empty() {
+                sys::stderr_line(&format!("wrote {}", w.join(", ")));
+            }
+        }
+    }
+    // SAFETY: exit is what glibc itself calls when a process's last thread
+    // ends; every file of ours is finished and released.
+    unsafe { libc::exit(0) }
+}
+
+/// Whether the writer ended an orphaned process (see [`program_gone`]).
+pub fn orphaned() -> bool {
+    ORPHANED.load(Ordering::SeqCst)
+}
+
 extern "C" fn at_exit() {
+    if orphaned() {
+        return;
+    }
     crate::syscalls::before_exit_handler();
     if is_traced_process() && crate::scan::enabled() {
         let g = tls::enter();
@@ -905,6 +963,9 @@ extern "C" fn at_exit() {
 /// `_exit`/`_Exit`: finish the files, then leave.
 #[inline(always)]
 pub fn before_exit() {
+    if orphaned() {
+        return;
+    }
     if is_traced_process() && crate::scan::enabled() {
         stop_after_scan(crate::scan::ExitPoint::here());
         return;

@@ -129,7 +129,7 @@ impl ExitPoint {
             return self;
         };
         let mut mem = SelfMemory {
-            pid: sys::raw_getpid() as i32,
+            pid: sys::raw_gettid() as i32,
             direct: false,
             readable: &[],
             fast: Vec::new(),
@@ -1801,18 +1801,30 @@ pub fn fast_mappings(maps: &[Mapping]) -> Vec<(u64, u64)> {
     v
 }
 
+/// The process's mappings as this thread sees them: `/proc/thread-self`, as
+/// `/proc/self/maps` is empty once the main thread has exited (a `main`
+/// that called `pthread_exit`, the scan run by the writer after the last
+/// thread: `lifecycle::program_gone`).
+fn own_maps() -> String {
+    std::fs::read_to_string("/proc/thread-self/maps")
+        .or_else(|_| std::fs::read_to_string("/proc/self/maps"))
+        .unwrap_or_default()
+}
+
 /// Classifies every live block; returns them sorted by address. Runs on the
 /// writer thread, which must be marked as the tracer's own.
 pub fn run(live: &mut Live, at: &ExitPoint) -> (Vec<(u64, LeakKind)>, Stats) {
     let begun = sys::now_ns();
-    let maps = parse_maps(&std::fs::read_to_string("/proc/self/maps").unwrap_or_default());
+    let maps = parse_maps(&own_maps());
     let readable: Vec<(u64, u64)> = maps
         .iter()
         .filter(|m| m.read && (m.anonymous() || m.path.starts_with('[') || m.write))
         .map(|m| (m.start, m.end))
         .collect();
     let mut mem = SelfMemory {
-        pid: sys::raw_getpid() as i32,
+        // This thread's id, not the process's: the kernel reads the memory
+        // of the task named, and an exited main thread has none.
+        pid: sys::raw_gettid() as i32,
         direct: false,
         readable: &readable,
         fast: Vec::new(),
@@ -1850,7 +1862,7 @@ pub fn run(live: &mut Live, at: &ExitPoint) -> (Vec<(u64, LeakKind)>, Stats) {
             .compare_exchange(HELD, SCANNING, Ordering::AcqRel, Ordering::Acquire)
             .is_ok();
     if fast {
-        let now = parse_maps(&std::fs::read_to_string("/proc/self/maps").unwrap_or_default());
+        let now = parse_maps(&own_maps());
         mem.fast = fast_mappings(&now);
     }
     classifier.set_allocator_data(

@@ -47,6 +47,19 @@ pub fn keep_errno<R>(f: impl FnOnce() -> R) -> R {
 /// system calls into a buffer on the stack: no `opendir`, whose 32 KiB
 /// buffer is a large block of the program's heap; see [`Mapped`]).
 pub fn thread_count() -> Option<u64> {
+    process_stat().map(|(_, n)| n)
+}
+
+/// Whether `threads` threads in a process whose main thread is in `state`
+/// (`/proc/self/stat`) can only be the caller: it is alone, or the other
+/// one is the main thread, gone (`pthread_exit` in `main`): Linux keeps an
+/// exited main thread, a zombie, counted until the whole process ends.
+pub fn alone_in(state: u8, threads: u64) -> bool {
+    threads == 1 || (threads == 2 && state == b'Z')
+}
+
+/// The main thread's state letter and the thread count of this process.
+fn process_stat() -> Option<(u8, u64)> {
     let mut buf = [0u8; 1024];
     // SAFETY: a NUL-terminated path; the raw calls keep the read out of the
     // syscall capture; `buf` is writable for its length; the descriptor is
@@ -69,11 +82,16 @@ pub fn thread_count() -> Option<u64> {
     // After the command name (in parentheses, possibly with spaces): state,
     // then 16 more fields, then the thread count.
     let after = &text[text.iter().rposition(|&b| b == b')')? + 1..];
-    let field = after
-        .split(|&b| b == b' ')
-        .filter(|f| !f.is_empty())
-        .nth(17)?;
-    core::str::from_utf8(field).ok()?.parse().ok()
+    let mut fields = after.split(|&b| b == b' ').filter(|f| !f.is_empty());
+    let state = *fields.next()?.first()?;
+    let count = core::str::from_utf8(fields.nth(16)?).ok()?.parse().ok()?;
+    Some((state, count))
+}
+
+/// Whether the calling thread is the only one of the process still running
+/// (see [`alone_in`]).
+pub fn alone() -> bool {
+    process_stat().is_some_and(|(state, n)| alone_in(state, n))
 }
 
 /// Zeroed memory of its own mapping, unmapped when dropped: for a large
@@ -317,6 +335,16 @@ mod tests {
     /// The count read from `/proc/self/stat` follows threads as they start
     /// (the test harness runs other tests' threads meanwhile, so the count
     /// is compared with `/proc/self/task` read around it).
+    #[test]
+    fn alone_means_one_thread_or_two_with_the_main_one_gone() {
+        assert!(alone_in(b'R', 1));
+        assert!(alone_in(b'Z', 2), "an exited main thread still counts");
+        assert!(!alone_in(b'S', 2));
+        assert!(!alone_in(b'Z', 3));
+        // The test harness runs tests on threads of its own.
+        assert!(!alone());
+    }
+
     #[test]
     fn thread_count_follows_the_process_threads() {
         let tasks = || std::fs::read_dir("/proc/self/task").unwrap().count() as u64;

@@ -275,6 +275,8 @@ pub fn run(
     let mut idle = Duration::from_micros(500);
     let mut naps = 0;
     let mut dirty = false;
+    // When the writer last asked whether the program's threads are all gone.
+    let mut last_alone_check = Instant::now();
     loop {
         let mut got = st.drain_in_order(&rx, 4096) as u32;
         got += st.drain_syscalls() as u32;
@@ -323,6 +325,14 @@ pub fn run(
             } else {
                 sleep_until_woken(&rx, idle);
                 idle = (idle * 2).min(Duration::from_millis(10));
+                // Idle for a while: is there still a program to wait for?
+                // (`/proc/self/stat`, read every ALONE_CHECK at most.)
+                if last_alone_check.elapsed() >= ALONE_CHECK {
+                    last_alone_check = Instant::now();
+                    if crate::lifecycle::program_gone() {
+                        ctl.stop.store(true, Ordering::SeqCst);
+                    }
+                }
             }
         } else {
             naps = 0;
@@ -340,6 +350,10 @@ pub fn run(
     ctl.done.store(true, Ordering::SeqCst);
     rx
 }
+
+/// How often an idle writer asks whether the program's threads are all gone
+/// (`lifecycle::program_gone`).
+const ALONE_CHECK: Duration = Duration::from_millis(100);
 
 /// 1 while the writer sleeps; a producer that finds the channel full wakes it.
 static SLEEPING: AtomicU32 = AtomicU32::new(0);
