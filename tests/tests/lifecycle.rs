@@ -2,6 +2,7 @@
 //! figures derived from its program, the files are where they should be, and
 //! valgrind agrees where it can see the same thing.
 
+use std::fs;
 use std::path::Path;
 
 use tracer_tests::*;
@@ -98,6 +99,36 @@ fn pthread_getattr_np_as_a_threads_first_call_does_not_hang() {
             "the block's stack runs through worker(): {names:?} ({env:?})"
         );
     }
+}
+
+/// stderr_reused.c closes descriptor 2 and opens its own file there: the
+/// tracer's exit summary (TRACER_QUIET=0) must not land in that file, nor
+/// its lines about a bad setting; the program's stdout and status are the
+/// same.
+#[test]
+fn the_summary_never_goes_into_a_file_the_program_put_at_descriptor_2() {
+    let bin = example("stderr_reused");
+    let dir = tracer_tests::fresh_dir("stderr_reused");
+    let plain_file = dir.join("plain.log");
+    let plain = Cmd::new(&bin).arg(&plain_file).run_plain();
+    assert_eq!(String::from_utf8_lossy(&plain.stdout), "fd 2\n");
+    let traced_file = dir.join("traced.log");
+    let cmd = Cmd::new(&bin).arg(&traced_file);
+    let run = run_traced(
+        &cmd,
+        &[("TRACER_QUIET", "0"), ("TRACER_STACK_DEPTH", "bogus")],
+    );
+    assert_same_behaviour(&plain, &run, "stderr_reused");
+    assert_eq!(fs::read_to_string(&plain_file).unwrap(), "mine\n");
+    assert_eq!(fs::read_to_string(&traced_file).unwrap(), "mine\n");
+    // The complaint about the setting went to the real stderr, at start.
+    assert!(
+        run.stderr().contains("TRACER_STACK_DEPTH"),
+        "stderr: {}",
+        run.stderr()
+    );
+    let trace = single_trace(&run);
+    assert!(trace.figures.allocations >= 1000, "{:?}", trace.figures);
 }
 
 /// 8 threads x 200,000 allocations and frees, blocks freed by other threads:

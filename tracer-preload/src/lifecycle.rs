@@ -376,6 +376,7 @@ pub fn accepting() -> bool {
 /// handlers.
 pub fn constructor() {
     let _g = tls::enter();
+    sys::remember_stderr();
     begin();
     let (cfg, complaints) = Config::from_lookup(|name| std::env::var(name).ok());
     if !cfg.quiet {

@@ -252,9 +252,58 @@ pub fn write_all_fd(fd: c_int, mut bytes: &[u8]) -> bool {
 /// One line on stderr, prefixed `libtracer: `. `errno` is preserved.
 pub fn stderr_line(text: &str) {
     let saved = errno();
-    let line = format!("libtracer: {text}\n");
-    write_all_fd(2, line.as_bytes());
+    if stderr_is_the_first() {
+        let line = format!("libtracer: {text}\n");
+        write_all_fd(2, line.as_bytes());
+    }
     set_errno(saved);
+}
+
+/// `(st_dev, st_ino)` of descriptor 2 as the process started, and whether
+/// it was open then (`STDERR_SEEN`: 0 not yet looked at, 1 open, 2 closed):
+/// see [`stderr_is_the_first`].
+static FIRST_STDERR: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+static FIRST_STDERR_INO: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+static STDERR_SEEN: core::sync::atomic::AtomicU8 = core::sync::atomic::AtomicU8::new(0);
+
+/// The identity of descriptor 2, `(device, inode)`, or `None` when closed.
+fn stderr_identity() -> Option<(u64, u64)> {
+    // SAFETY: fstat writes into the zeroed local `st` only.
+    unsafe {
+        let mut st: libc::stat = core::mem::zeroed();
+        (libc::syscall(libc::SYS_fstat, 2, &mut st as *mut libc::stat) == 0)
+            .then_some((st.st_dev, st.st_ino))
+    }
+}
+
+/// Notes which file descriptor 2 is (the constructor, before the program
+/// runs).
+pub fn remember_stderr() {
+    use core::sync::atomic::Ordering;
+    let first = stderr_identity();
+    let (dev, ino) = first.unwrap_or((0, 0));
+    FIRST_STDERR.store(dev, Ordering::Relaxed);
+    FIRST_STDERR_INO.store(ino, Ordering::Relaxed);
+    STDERR_SEEN.store(if first.is_some() { 1 } else { 2 }, Ordering::Release);
+}
+
+/// Whether descriptor 2 is still the file it was at start: a program that
+/// closed it and opened a file of its own there (coreutils close stderr
+/// before they exit; others reuse the number for a log) must not find our
+/// lines in that file. Not yet looked at: yes; closed at start: no.
+fn stderr_is_the_first() -> bool {
+    use core::sync::atomic::Ordering;
+    match STDERR_SEEN.load(Ordering::Acquire) {
+        0 => true,
+        1 => {
+            let first = (
+                FIRST_STDERR.load(Ordering::Relaxed),
+                FIRST_STDERR_INO.load(Ordering::Relaxed),
+            );
+            stderr_identity() == Some(first)
+        }
+        _ => false,
+    }
 }
 
 /// Closes a descriptor without going through our own `close` hook.
