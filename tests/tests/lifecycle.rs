@@ -131,6 +131,26 @@ fn the_summary_never_goes_into_a_file_the_program_put_at_descriptor_2() {
     assert!(trace.figures.allocations >= 1000, "{:?}", trace.figures);
 }
 
+/// exit_together.c: eight threads call exit(3) at once. The process ends
+/// with status 3 as untraced, and the trace is complete (it was empty: a
+/// second exit ended the process while the first one's handler was
+/// finishing the files), with every one of the 800 blocks of 777 bytes
+/// made before the barrier.
+#[test]
+fn threads_calling_exit_together_leave_a_complete_trace() {
+    let bin = example("exit_together");
+    let cmd = Cmd::new(&bin);
+    let plain = cmd.run_plain();
+    assert_eq!(status_text(&plain.status), "exit 3");
+    for round in 0..3 {
+        let run = run_traced(&cmd, &[]);
+        assert_same_behaviour(&plain, &run, "exit_together");
+        let trace = single_trace(&run);
+        let blocks = trace.allocs.iter().filter(|a| a.0 == 777).count();
+        assert_eq!(blocks, 800, "round {round}: {:?}", trace.figures);
+    }
+}
+
 /// 8 threads x 200,000 allocations and frees, blocks freed by other threads:
 /// every count exact, nothing of the program's live at the end, trace valid.
 #[test]

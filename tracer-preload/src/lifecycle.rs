@@ -894,6 +894,31 @@ pub fn before_abort() {
     request_flush(ctl, Duration::from_secs(1));
 }
 
+/// The thread running `exit` (0: none yet).
+static EXITING: AtomicU32 = AtomicU32::new(0);
+
+/// Called first thing in `exit`: a thread that calls it while another
+/// thread's `exit` runs waits there for the process to end, as glibc 2.41
+/// makes it. glibc 2.36 let the second thread find the exit handlers taken
+/// and end the process at once, while the first one was still in ours
+/// finishing the files (several threads calling `exit` together left an
+/// empty trace). The same thread calling `exit` again from an exit handler
+/// goes on, as glibc allows.
+pub fn exit_gate() {
+    if !is_traced_process() {
+        return;
+    }
+    let me = sys::raw_gettid();
+    match EXITING.compare_exchange(0, me, Ordering::AcqRel, Ordering::Acquire) {
+        Ok(_) => {}
+        Err(first) if first == me => {}
+        Err(_) => loop {
+            // The first thread's exit ends the process (and this thread).
+            sys::sleep_us(1_000_000);
+        },
+    }
+}
+
 /// Set by the writer once it found every thread of the program gone with
 /// the process still there (see [`program_gone`]): the trace is finished
 /// and the writer calls `exit(0)` itself, as glibc does when the last thread
@@ -1003,6 +1028,7 @@ extern "C" fn fork_parent() {
 
 extern "C" fn fork_child() {
     EARLY.unlock();
+    EXITING.store(0, Ordering::Release);
     crate::objects::fork_done(true);
     let _g = tls::enter();
     tls::reset_after_fork();

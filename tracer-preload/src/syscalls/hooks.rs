@@ -799,11 +799,13 @@ pub unsafe extern "C" fn pthread_create(
 }
 
 /// `exit(status)`: remembered for our `atexit` handler, which records
-/// `exit_group` after the program's own handlers ran.
+/// `exit_group` after the program's own handlers ran. A second thread's
+/// `exit` waits while the first one's runs (`lifecycle::exit_gate`).
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn exit(status: c_int) -> ! {
     static REAL: Real = Real::new("exit\0");
     type F = unsafe extern "C" fn(c_int) -> !;
+    crate::lifecycle::exit_gate();
     super::on_exit_called(status);
     match REAL.get::<F>() {
         Some(f) => f(status),
