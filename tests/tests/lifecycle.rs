@@ -151,6 +151,32 @@ fn threads_calling_exit_together_leave_a_complete_trace() {
     }
 }
 
+/// With the writer thread refused memory by glibc (the preloaded shim
+/// tracer_heap_fails.c: from its Nth allocation on; a program that lowered
+/// RLIMIT_AS did this), the program runs on as untraced, instead of
+/// aborting on a failed Rust allocation ("memory allocation of 65536 bytes
+/// failed", exit 134, no trace); the tracer says so once and still
+/// finishes a readable trace.
+#[test]
+fn the_tracer_out_of_memory_leaves_the_program_running() {
+    let shim = example_with("tracer_heap_fails", &["-shared", "-fPIC", "-O1"]);
+    let bin = example("threads");
+    let cmd = Cmd::new(&bin);
+    let plain = cmd.run_plain();
+    let preload = format!("{}:{}", shim.display(), tracer_lib().display());
+    for after in ["0", "10", "100"] {
+        let run = run_traced(&cmd, &[("LD_PRELOAD", &preload), ("FAIL_AFTER", after)]);
+        assert_same_behaviour(&plain, &run, &format!("threads, FAIL_AFTER={after}"));
+        assert_eq!(
+            run.stderr().matches("libtracer: out of memory").count(),
+            1,
+            "FAIL_AFTER={after}: {}",
+            run.stderr()
+        );
+        single_trace(&run);
+    }
+}
+
 /// 8 threads x 200,000 allocations and frees, blocks freed by other threads:
 /// every count exact, nothing of the program's live at the end, trace valid.
 #[test]

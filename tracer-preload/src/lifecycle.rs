@@ -894,6 +894,12 @@ pub fn before_abort() {
     request_flush(ctl, Duration::from_secs(1));
 }
 
+/// Allocation events are no longer recorded (the tracer ran out of memory,
+/// `alloc`): the program runs on, the files are finished at exit.
+pub fn stop_allocations() {
+    ALLOCS.store(false, Ordering::Relaxed);
+}
+
 /// The thread running `exit` (0: none yet).
 static EXITING: AtomicU32 = AtomicU32::new(0);
 

@@ -340,7 +340,7 @@ pub fn run(
         }
     }
     let drained = sys::now_ns();
-    if let Some(at) = scan::take_request() {
+    if let Some(at) = scan::take_request().filter(|_| !crate::alloc::exhausted()) {
         st.leak_scan(&at, ctl);
         // What other threads did meanwhile follows the scan's records.
         st.drain_in_order(&rx, usize::MAX);
@@ -1047,7 +1047,11 @@ impl State {
         self.emit_objects(fresh);
         let mut addrs: Vec<u64> = std::mem::take(&mut self.addresses).into_iter().collect();
         let objects = self.objects.objects();
-        self.symbolize(&objects, &mut addrs, Some(ctl));
+        // Out of memory: the debug information of every object would not
+        // fit; the addresses stay, with the objects to resolve them later.
+        if !crate::alloc::exhausted() {
+            self.symbolize(&objects, &mut addrs, Some(ctl));
+        }
         let symbolized = sys::now_ns();
         let outputs = std::mem::take(&mut self.outputs);
         for out in outputs {
