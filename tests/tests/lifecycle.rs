@@ -177,6 +177,32 @@ fn the_tracer_out_of_memory_leaves_the_program_running() {
     }
 }
 
+/// `unshare -U -r id -u`: a new user namespace is granted to a
+/// single-threaded process only, and the writer thread made it fail traced
+/// ("unshare failed: Invalid argument", exit 1). The writer now stops
+/// around the call (files finished, tracing goes on into new ones): the
+/// same output and status, every trace readable. Skipped where user
+/// namespaces are refused untraced too.
+#[test]
+fn a_new_user_namespace_is_granted_to_a_traced_process() {
+    let cmd = Cmd::new("unshare").arg("-U").arg("-r").arg("id").arg("-u");
+    let plain = cmd.run_plain();
+    if !plain.status.success() {
+        eprintln!(
+            "skipped: unshare -U fails untraced here: {}",
+            String::from_utf8_lossy(&plain.stderr)
+        );
+        return;
+    }
+    assert_eq!(String::from_utf8_lossy(&plain.stdout), "0\n");
+    let run = run_traced(&cmd, &[]);
+    assert_same_behaviour(&plain, &run, "unshare -U -r id -u");
+    assert!(run.files.len() >= 2, "files: {:?}", run.files);
+    for f in &run.files {
+        read_trace(f).unwrap_or_else(|e| panic!("{e}"));
+    }
+}
+
 /// 8 threads x 200,000 allocations and frees, blocks freed by other threads:
 /// every count exact, nothing of the program's live at the end, trace valid.
 #[test]

@@ -289,6 +289,73 @@ pub unsafe fn assert_fail(
     abort()
 }
 
+// ------------------------------------------------------ unshare, setns
+
+type NsFn = unsafe extern "C" fn(c_int, c_int) -> c_int;
+
+/// Calls `f` with the writer thread stopped when `flags` ask for a new or
+/// another user namespace, which the kernel grants a single-threaded
+/// process only (`EINVAL` otherwise: `unshare -U` failed traced). The files
+/// are finished first, as before an exec, and tracing goes on into new
+/// ones afterwards.
+unsafe fn alone_for(flags: c_int, f: impl FnOnce() -> c_int) -> c_int {
+    let resume = flags & libc::CLONE_NEWUSER != 0
+        && lifecycle::is_traced_process()
+        && lifecycle::before_exec();
+    let rc = f();
+    let err = sys::errno();
+    if resume {
+        lifecycle::after_failed_exec();
+    }
+    sys::set_errno(err);
+    rc
+}
+
+static REAL_UNSHARE: core::sync::atomic::AtomicPtr<c_void> =
+    core::sync::atomic::AtomicPtr::new(core::ptr::null_mut());
+static REAL_SETNS: core::sync::atomic::AtomicPtr<c_void> =
+    core::sync::atomic::AtomicPtr::new(core::ptr::null_mut());
+
+/// glibc's function `name`, cached in `slot`.
+unsafe fn cached_next(
+    slot: &core::sync::atomic::AtomicPtr<c_void>,
+    name: &core::ffi::CStr,
+) -> *mut c_void {
+    use core::sync::atomic::Ordering;
+    let mut real = slot.load(Ordering::Acquire);
+    if real.is_null() {
+        real = next_symbol(name);
+        slot.store(real, Ordering::Release);
+    }
+    real
+}
+
+pub unsafe fn unshare(flags: c_int) -> c_int {
+    let real = cached_next(&REAL_UNSHARE, c"unshare");
+    if real.is_null() {
+        sys::set_errno(libc::ENOSYS);
+        return -1;
+    }
+    let real = core::mem::transmute::<*mut c_void, unsafe extern "C" fn(c_int) -> c_int>(real);
+    alone_for(flags, || real(flags))
+}
+
+pub unsafe fn setns(fd: c_int, nstype: c_int) -> c_int {
+    let real = cached_next(&REAL_SETNS, c"setns");
+    if real.is_null() {
+        sys::set_errno(libc::ENOSYS);
+        return -1;
+    }
+    let real = core::mem::transmute::<*mut c_void, NsFn>(real);
+    // nstype 0 lets the descriptor say which namespace: possibly a user one.
+    let user = if nstype == 0 {
+        libc::CLONE_NEWUSER
+    } else {
+        nstype
+    };
+    alone_for(user, || real(fd, nstype))
+}
+
 // ------------------------------------------------------ pthread_getattr_np
 
 type GetattrFn = unsafe extern "C" fn(libc::pthread_t, *mut libc::pthread_attr_t) -> c_int;

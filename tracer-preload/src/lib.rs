@@ -235,6 +235,16 @@ execl_entry!(execlp, hooks::EXECLP);
 execl_entry!(execle, hooks::EXECLE);
 
 #[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn unshare(flags: c_int) -> c_int {
+    hooks::unshare(flags)
+}
+
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn setns(fd: c_int, nstype: c_int) -> c_int {
+    hooks::setns(fd, nstype)
+}
+
+#[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn pthread_getattr_np(
     thread: libc::pthread_t,
     attr: *mut libc::pthread_attr_t,
