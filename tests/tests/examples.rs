@@ -177,6 +177,24 @@ fn crash_term_traced() {
     crash_traced("term");
 }
 
+/// Killed by SIGTERM, the trace is finished as at exit: a readable file and
+/// no spool left to recover (a crash leaves the spool: `crash_segv_traced`).
+#[test]
+fn killed_by_sigterm_the_trace_is_finished() {
+    let cmd = Cmd::new(example("crash")).arg("term");
+    let plain = cmd.run_plain();
+    let run = run_traced(&cmd, &[]);
+    assert_same_behaviour(&plain, &run, "crash term");
+    assert_eq!(status_text(&run.output.status), "signal 15");
+    assert!(
+        spools(&run.dir).is_empty(),
+        "no spool left: {:?}",
+        spools(&run.dir)
+    );
+    let trace = single_trace(&run);
+    assert_trace_figures(&trace, CRASH, "crash term");
+}
+
 /// The program's own SIGSEGV handler replaces ours and runs (exit status 3).
 #[test]
 fn crash_handled_traced() {

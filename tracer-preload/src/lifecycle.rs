@@ -894,6 +894,13 @@ pub fn before_abort() {
     request_flush(ctl, Duration::from_secs(1));
 }
 
+/// The process is about to die of a signal sent to it (SIGTERM, SIGINT,
+/// ...; see `signals`): the files are finished as at exit, without the leak
+/// scan, so the trace is complete without `tracer recover`.
+pub fn before_kill() {
+    stop_writer(false);
+}
+
 /// Allocation events are no longer recorded (the tracer ran out of memory,
 /// `alloc`): the program runs on, the files are finished at exit.
 pub fn stop_allocations() {

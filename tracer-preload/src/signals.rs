@@ -4,11 +4,14 @@
 //! SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGSYS; or SIGTERM, SIGINT, SIGHUP,
 //! SIGQUIT, SIGPIPE, SIGXCPU, SIGXFSZ) never reaches `exit`. For each such
 //! signal left at its default disposition when our constructor runs, a
-//! handler is installed that asks the writer to put everything queued into
-//! the files (the mlyze spool then holds every event; `tracer` reads it as
-//! it is, `tracer recover` finishes it), waits at most a second, and then
-//! raises the signal again with the default disposition restored, so the
-//! process dies of it exactly as it would have (status, core dump).
+//! handler is installed. For a crash it asks the writer to put everything
+//! queued into the files (the mlyze spool then holds every event; `tracer`
+//! reads it as it is, `tracer recover` finishes it) and waits at most a
+//! second; for a signal that ends a sane process (SIGTERM, SIGINT, ...) it
+//! has the files finished as at exit, without the leak scan (bounded as at
+//! exit). Then it raises the signal again with the default disposition
+//! restored, so the process dies of it exactly as it would have (status,
+//! core dump).
 //!
 //! The handler must not be visible to the program: `sigaction` queries
 //! of these signals report the default disposition while our handler is in
@@ -31,6 +34,20 @@ const FATAL: [c_int; 12] = [
     libc::SIGILL,
     libc::SIGFPE,
     libc::SIGSYS,
+    libc::SIGTERM,
+    libc::SIGINT,
+    libc::SIGHUP,
+    libc::SIGQUIT,
+    libc::SIGPIPE,
+    libc::SIGXCPU,
+    libc::SIGXFSZ,
+];
+
+/// The signals of the list that end a process in a sane state (sent to it,
+/// or a write to a closed pipe), unlike a crash: before dying of one the
+/// files are finished, as at exit (no leak scan), so the trace needs no
+/// `tracer recover`. A crash only flushes (the heap may be damaged).
+const TERMINATING: [c_int; 7] = [
     libc::SIGTERM,
     libc::SIGINT,
     libc::SIGHUP,
@@ -98,7 +115,11 @@ extern "C" fn on_fatal(sig: c_int, _info: *mut libc::siginfo_t, _ctx: *mut c_voi
     let saved = sys::errno();
     {
         let _g = tls::enter();
-        lifecycle::before_abort();
+        if TERMINATING.contains(&sig) {
+            lifecycle::before_kill();
+        } else {
+            lifecycle::before_abort();
+        }
     }
     // SAFETY: tgkill on our own thread with a valid signal number; the
     // disposition is the default now and the signal is not blocked (it was
