@@ -203,6 +203,25 @@ fn a_new_user_namespace_is_granted_to_a_traced_process() {
     }
 }
 
+/// A shell whose subshells redirect their output (`( echo x > /dev/null )`,
+/// 300 times, twice): each subshell is a followed fork child whose new
+/// writer read the thread's name from /proc at the lowest free descriptor,
+/// which the shell's `close(1); dup2(3, 1)` could take over, our close then
+/// closing the shell's stdout (`echo: I/O error`, about once in 400
+/// subshells). Traced, no subshell may fail.
+#[test]
+fn a_shell_redirecting_in_every_subshell_never_fails() {
+    let script = "i=0; while [ $i -lt 300 ]; do ( echo x > /dev/null ) || exit 1; i=$((i+1)); done";
+    let cmd = Cmd::new("sh").arg("-c").arg(script);
+    let plain = cmd.run_plain();
+    assert!(plain.status.success());
+    for round in 0..2 {
+        let run = run_traced(&cmd, &[]);
+        assert_same_behaviour(&plain, &run, &format!("sh subshells, round {round}"));
+        assert_eq!(run.stderr(), "", "round {round}");
+    }
+}
+
 /// 8 threads x 200,000 allocations and frees, blocks freed by other threads:
 /// every count exact, nothing of the program's live at the end, trace valid.
 #[test]

@@ -271,6 +271,13 @@ pub struct Lane {
     /// The owning thread's id, so that it can take its lane back after its
     /// key destructor ran.
     tid: AtomicU32,
+    /// The owner's name (`prctl(PR_GET_NAME)`, as it took the lane), and
+    /// the thread id it belongs to, set once the name is written: the
+    /// writer asks here rather than opening `/proc/self/task/TID/comm`,
+    /// whose descriptor at the lowest free number could meet a program's
+    /// `dup2` onto that number ([`name_of`]).
+    name: [AtomicU64; 2],
+    named: AtomicU32,
     next: AtomicPtr<Lane>,
     /// Slots in use (a power of two, at most [`SLOTS`]), set before the
     /// lane is listed and never changed.
@@ -463,6 +470,16 @@ fn take() -> Option<&'static Lane> {
     // mapping), and no capture of this thread is running (`take` is called
     // before one starts).
     unsafe { (*lane.capture.0.get()).bounds = (0, 0) };
+    let mut name = [0u8; 16];
+    // SAFETY: PR_GET_NAME writes at most 16 bytes into `name`.
+    unsafe { libc::prctl(libc::PR_GET_NAME, name.as_mut_ptr()) };
+    for (word, bytes) in lane.name.iter().zip(name.chunks_exact(8)) {
+        word.store(
+            u64::from_le_bytes(bytes.try_into().unwrap_or([0; 8])),
+            Ordering::Relaxed,
+        );
+    }
+    lane.named.store(tid, Ordering::Release);
     let p = lane as *const Lane as *mut Lane;
     hot.lane.set(p.cast());
     let key = KEY.load(Ordering::Acquire);
@@ -774,6 +791,23 @@ pub static TEST_TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
 #[cfg(test)]
 pub fn capacity(lane: &Lane) -> u64 {
     lane.cap
+}
+
+/// The name of thread `tid` as it took its lane, if a lane holds it.
+pub fn name_of(tid: u32) -> Option<String> {
+    lanes().find_map(|l| {
+        if l.named.load(Ordering::Acquire) != tid {
+            return None;
+        }
+        // `named` (acquire) says the owner wrote the name before (a new
+        // owner's write meanwhile gives at worst another thread's name).
+        let mut name = [0u8; 16];
+        for (bytes, word) in name.chunks_exact_mut(8).zip(&l.name) {
+            bytes.copy_from_slice(&word.load(Ordering::Relaxed).to_le_bytes());
+        }
+        let end = name.iter().position(|&b| b == 0).unwrap_or(name.len());
+        Some(String::from_utf8_lossy(&name[..end]).into_owned())
+    })
 }
 
 /// A lane of the calling test for thread `tid`, outside any thread's TLS:

@@ -828,7 +828,13 @@ fn stop_writer(print: bool) -> Option<Receiver<Msg>> {
     let progress = || ctl.progress.load(Ordering::Relaxed) + crate::fds::io_done();
     let mut last = (progress(), Instant::now());
     while !ctl.done.load(Ordering::SeqCst) {
-        sys::sleep_us(1000);
+        // Short naps first: a small process's whole finish takes about a
+        // millisecond, and a fork-heavy shell script pays it per process.
+        sys::sleep_us(if begun.elapsed() < Duration::from_millis(5) {
+            50
+        } else {
+            1000
+        });
         // Signals held for the exit scan come back as soon as it is over.
         crate::scan::release_exit(false);
         let p = progress();

@@ -1626,7 +1626,11 @@ fn other_threads(skip: &[u32]) -> (Vec<u64>, usize) {
         if skip.contains(&tid) {
             continue;
         }
-        let text = std::fs::read_to_string(e.path().join("syscall")).unwrap_or_default();
+        let path =
+            std::ffi::CString::new(format!("/proc/self/task/{tid}/syscall")).unwrap_or_default();
+        let text = sys::read_proc(&path)
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .unwrap_or_default();
         let f: Vec<&str> = text.split_whitespace().collect();
         // "NR ARG1..ARG6 SP PC", "-1 SP PC" (blocked outside a call), "running".
         let sp = (f.len() >= 3)
@@ -1806,8 +1810,9 @@ pub fn fast_mappings(maps: &[Mapping]) -> Vec<(u64, u64)> {
 /// that called `pthread_exit`, the scan run by the writer after the last
 /// thread: `lifecycle::program_gone`).
 fn own_maps() -> String {
-    std::fs::read_to_string("/proc/thread-self/maps")
-        .or_else(|_| std::fs::read_to_string("/proc/self/maps"))
+    sys::read_proc(c"/proc/thread-self/maps")
+        .or_else(|| sys::read_proc(c"/proc/self/maps"))
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
         .unwrap_or_default()
 }
 

@@ -43,6 +43,46 @@ pub fn keep_errno<R>(f: impl FnOnce() -> R) -> R {
     r
 }
 
+/// The contents of a file the tracer reads while the program runs (`/proc`
+/// files: thread names, maps, stacks), or `None`. Its descriptor leaves the
+/// lowest free number at once: a program that closes a number and `dup2`s
+/// onto it (a shell's redirection) while we held it there would have its
+/// new descriptor closed by ours, closing our file (a traced `dash` failed
+/// `echo x > /dev/null` with EBADF about once in 400 subshells). Raw calls:
+/// none of this reaches the hooks.
+pub fn read_proc(path: &core::ffi::CStr) -> Option<Vec<u8>> {
+    // SAFETY: a NUL-terminated path; the descriptors are ours until the raw
+    // closes below; `buf` is writable for its length.
+    unsafe {
+        let low = libc::syscall(
+            libc::SYS_openat,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            libc::O_RDONLY | libc::O_CLOEXEC,
+        ) as c_int;
+        if low < 0 {
+            return None;
+        }
+        let high =
+            libc::syscall(libc::SYS_fcntl, low, libc::F_DUPFD_CLOEXEC, high_fd_base()) as c_int;
+        libc::syscall(libc::SYS_close, low);
+        if high < 0 {
+            return None;
+        }
+        let mut out = Vec::new();
+        let mut buf = [0u8; 4096];
+        loop {
+            let n = libc::syscall(libc::SYS_read, high, buf.as_mut_ptr(), buf.len());
+            if n <= 0 {
+                break;
+            }
+            out.extend_from_slice(&buf[..n as usize]);
+        }
+        libc::syscall(libc::SYS_close, high);
+        Some(out)
+    }
+}
+
 /// The number of threads of this process (`/proc/self/stat`, read with raw
 /// system calls into a buffer on the stack: no `opendir`, whose 32 KiB
 /// buffer is a large block of the program's heap; see [`Mapped`]).
@@ -65,12 +105,19 @@ fn process_stat() -> Option<(u8, u64)> {
     // syscall capture; `buf` is writable for its length; the descriptor is
     // closed before returning.
     let n = unsafe {
-        let fd = libc::syscall(
+        let low = libc::syscall(
             libc::SYS_openat,
             libc::AT_FDCWD,
             c"/proc/self/stat".as_ptr(),
             libc::O_RDONLY | libc::O_CLOEXEC,
-        );
+        ) as c_int;
+        if low < 0 {
+            return None;
+        }
+        // Off the lowest free number at once (see `read_proc`).
+        let fd =
+            libc::syscall(libc::SYS_fcntl, low, libc::F_DUPFD_CLOEXEC, high_fd_base()) as c_int;
+        libc::syscall(libc::SYS_close, low);
         if fd < 0 {
             return None;
         }

@@ -776,9 +776,13 @@ impl State {
     fn other_thread(&mut self, tid: u32) {
         self.last_tid = tid;
         if self.threads.insert(tid) {
-            let name = std::fs::read_to_string(format!("/proc/self/task/{tid}/comm"))
-                .map(|s| s.trim_end().to_string())
-                .unwrap_or_default();
+            let name = lane::name_of(tid).unwrap_or_else(|| {
+                let path = std::ffi::CString::new(format!("/proc/self/task/{tid}/comm"))
+                    .unwrap_or_default();
+                sys::read_proc(&path)
+                    .map(|b| String::from_utf8_lossy(&b).trim_end().to_string())
+                    .unwrap_or_default()
+            });
             self.emit(&Record::Thread(Thread { tid, name }));
         }
     }
