@@ -16,6 +16,7 @@
 
 use libc::{c_char, c_int, c_uint, c_void, size_t};
 
+use crate::syscalls::Real;
 use crate::{fds, lifecycle, sys, syscalls, tls};
 
 // ---------------------------------------------------------------- allocation
@@ -291,8 +292,6 @@ pub unsafe fn assert_fail(
 
 // ------------------------------------------------------ unshare, setns
 
-type NsFn = unsafe extern "C" fn(c_int, c_int) -> c_int;
-
 /// Calls `f` with the writer thread stopped when `flags` ask for a new or
 /// another user namespace, which the kernel grants a single-threaded
 /// process only (`EINVAL` otherwise: `unshare -U` failed traced). The files
@@ -311,42 +310,21 @@ unsafe fn alone_for(flags: c_int, f: impl FnOnce() -> c_int) -> c_int {
     rc
 }
 
-static REAL_UNSHARE: core::sync::atomic::AtomicPtr<c_void> =
-    core::sync::atomic::AtomicPtr::new(core::ptr::null_mut());
-static REAL_SETNS: core::sync::atomic::AtomicPtr<c_void> =
-    core::sync::atomic::AtomicPtr::new(core::ptr::null_mut());
-
-/// glibc's function `name`, cached in `slot`.
-unsafe fn cached_next(
-    slot: &core::sync::atomic::AtomicPtr<c_void>,
-    name: &core::ffi::CStr,
-) -> *mut c_void {
-    use core::sync::atomic::Ordering;
-    let mut real = slot.load(Ordering::Acquire);
-    if real.is_null() {
-        real = next_symbol(name);
-        slot.store(real, Ordering::Release);
-    }
-    real
-}
-
 pub unsafe fn unshare(flags: c_int) -> c_int {
-    let real = cached_next(&REAL_UNSHARE, c"unshare");
-    if real.is_null() {
+    static REAL: Real = Real::new("unshare\0");
+    let Some(real) = REAL.get::<unsafe extern "C" fn(c_int) -> c_int>() else {
         sys::set_errno(libc::ENOSYS);
         return -1;
-    }
-    let real = core::mem::transmute::<*mut c_void, unsafe extern "C" fn(c_int) -> c_int>(real);
+    };
     alone_for(flags, || real(flags))
 }
 
 pub unsafe fn setns(fd: c_int, nstype: c_int) -> c_int {
-    let real = cached_next(&REAL_SETNS, c"setns");
-    if real.is_null() {
+    static REAL: Real = Real::new("setns\0");
+    let Some(real) = REAL.get::<unsafe extern "C" fn(c_int, c_int) -> c_int>() else {
         sys::set_errno(libc::ENOSYS);
         return -1;
-    }
-    let real = core::mem::transmute::<*mut c_void, NsFn>(real);
+    };
     // nstype 0 lets the descriptor say which namespace: possibly a user one.
     let user = if nstype == 0 {
         libc::CLONE_NEWUSER
@@ -358,11 +336,6 @@ pub unsafe fn setns(fd: c_int, nstype: c_int) -> c_int {
 
 // ------------------------------------------------------ pthread_getattr_np
 
-type GetattrFn = unsafe extern "C" fn(libc::pthread_t, *mut libc::pthread_attr_t) -> c_int;
-
-static REAL_GETATTR: core::sync::atomic::AtomicPtr<c_void> =
-    core::sync::atomic::AtomicPtr::new(core::ptr::null_mut());
-
 /// glibc's `pthread_getattr_np` allocates while it holds the thread's lock;
 /// the mark tells a capture there not to ask for the stack's bounds with
 /// the same call (`unwind::bounds`), which would wait on that lock.
@@ -370,17 +343,13 @@ pub unsafe fn pthread_getattr_np(
     thread: libc::pthread_t,
     attr: *mut libc::pthread_attr_t,
 ) -> c_int {
-    use core::sync::atomic::Ordering;
-    let mut real = REAL_GETATTR.load(Ordering::Acquire);
-    if real.is_null() {
-        real = next_symbol(c"pthread_getattr_np");
-        if real.is_null() {
-            return libc::ENOSYS;
-        }
-        REAL_GETATTR.store(real, Ordering::Release);
-    }
+    static REAL: Real = Real::new("pthread_getattr_np\0");
+    type F = unsafe extern "C" fn(libc::pthread_t, *mut libc::pthread_attr_t) -> c_int;
+    let Some(real) = REAL.get::<F>() else {
+        return libc::ENOSYS;
+    };
     let was = tls::set_in_getattr(true);
-    let rc = core::mem::transmute::<*mut c_void, GetattrFn>(real)(thread, attr);
+    let rc = real(thread, attr);
     tls::set_in_getattr(was);
     rc
 }

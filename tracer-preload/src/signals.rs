@@ -27,26 +27,20 @@ use libc::{c_int, c_void};
 
 use crate::{lifecycle, sys, tls};
 
-/// The signals handled.
-const FATAL: [c_int; 12] = [
+/// The crashes handled: the heap may be damaged, the files are only
+/// flushed before the process dies.
+const CRASHES: [c_int; 5] = [
     libc::SIGSEGV,
     libc::SIGBUS,
     libc::SIGILL,
     libc::SIGFPE,
     libc::SIGSYS,
-    libc::SIGTERM,
-    libc::SIGINT,
-    libc::SIGHUP,
-    libc::SIGQUIT,
-    libc::SIGPIPE,
-    libc::SIGXCPU,
-    libc::SIGXFSZ,
 ];
 
-/// The signals of the list that end a process in a sane state (sent to it,
-/// or a write to a closed pipe), unlike a crash: before dying of one the
-/// files are finished, as at exit (no leak scan), so the trace needs no
-/// `tracer recover`. A crash only flushes (the heap may be damaged).
+/// The other signals handled, which end a process in a sane state (sent to
+/// it, or a write to a closed pipe): before dying of one the files are
+/// finished, as at exit (no leak scan), so the trace needs no `tracer
+/// recover`.
 const TERMINATING: [c_int; 7] = [
     libc::SIGTERM,
     libc::SIGINT,
@@ -81,7 +75,7 @@ pub fn forget(sig: c_int) {
 /// Installs the handler for every fatal signal still at its default.
 /// Called once by the constructor, before any thread of the program starts.
 pub fn install() {
-    for sig in FATAL {
+    for sig in CRASHES.into_iter().chain(TERMINATING) {
         // SAFETY: sigaction with a null new action only reads the current
         // disposition into `old`, a valid local.
         let mut old: libc::sigaction = unsafe { core::mem::zeroed() };

@@ -51,8 +51,27 @@ pub fn keep_errno<R>(f: impl FnOnce() -> R) -> R {
 /// `echo x > /dev/null` with EBADF about once in 400 subshells). Raw calls:
 /// none of this reaches the hooks.
 pub fn read_proc(path: &core::ffi::CStr) -> Option<Vec<u8>> {
-    // SAFETY: a NUL-terminated path; the descriptors are ours until the raw
-    // closes below; `buf` is writable for its length.
+    let fd = open_high(path)?;
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        // SAFETY: `buf` is writable for its length; `fd` is ours until the
+        // close below.
+        let n = unsafe { libc::syscall(libc::SYS_read, fd, buf.as_mut_ptr(), buf.len()) };
+        if n <= 0 {
+            break;
+        }
+        out.extend_from_slice(&buf[..n as usize]);
+    }
+    raw_close(fd);
+    Some(out)
+}
+
+/// `path` opened read-only, its descriptor moved off the lowest free number
+/// at once (see [`read_proc`]); raw calls.
+fn open_high(path: &core::ffi::CStr) -> Option<c_int> {
+    // SAFETY: a NUL-terminated path; the low descriptor is ours until the
+    // raw close.
     unsafe {
         let low = libc::syscall(
             libc::SYS_openat,
@@ -66,20 +85,7 @@ pub fn read_proc(path: &core::ffi::CStr) -> Option<Vec<u8>> {
         let high =
             libc::syscall(libc::SYS_fcntl, low, libc::F_DUPFD_CLOEXEC, high_fd_base()) as c_int;
         libc::syscall(libc::SYS_close, low);
-        if high < 0 {
-            return None;
-        }
-        let mut out = Vec::new();
-        let mut buf = [0u8; 4096];
-        loop {
-            let n = libc::syscall(libc::SYS_read, high, buf.as_mut_ptr(), buf.len());
-            if n <= 0 {
-                break;
-            }
-            out.extend_from_slice(&buf[..n as usize]);
-        }
-        libc::syscall(libc::SYS_close, high);
-        Some(out)
+        (high >= 0).then_some(high)
     }
 }
 
@@ -100,31 +106,12 @@ pub fn alone_in(state: u8, threads: u64) -> bool {
 
 /// The main thread's state letter and the thread count of this process.
 fn process_stat() -> Option<(u8, u64)> {
+    // Raw calls: the read stays out of the syscall capture.
     let mut buf = [0u8; 1024];
-    // SAFETY: a NUL-terminated path; the raw calls keep the read out of the
-    // syscall capture; `buf` is writable for its length; the descriptor is
-    // closed before returning.
-    let n = unsafe {
-        let low = libc::syscall(
-            libc::SYS_openat,
-            libc::AT_FDCWD,
-            c"/proc/self/stat".as_ptr(),
-            libc::O_RDONLY | libc::O_CLOEXEC,
-        ) as c_int;
-        if low < 0 {
-            return None;
-        }
-        // Off the lowest free number at once (see `read_proc`).
-        let fd =
-            libc::syscall(libc::SYS_fcntl, low, libc::F_DUPFD_CLOEXEC, high_fd_base()) as c_int;
-        libc::syscall(libc::SYS_close, low);
-        if fd < 0 {
-            return None;
-        }
-        let n = libc::syscall(libc::SYS_read, fd, buf.as_mut_ptr(), buf.len());
-        libc::syscall(libc::SYS_close, fd);
-        n
-    };
+    let fd = open_high(c"/proc/self/stat")?;
+    // SAFETY: `buf` is writable for its length; `fd` is ours until the close.
+    let n = unsafe { libc::syscall(libc::SYS_read, fd, buf.as_mut_ptr(), buf.len()) };
+    raw_close(fd);
     let text = buf.get(..usize::try_from(n).ok()?)?;
     // After the command name (in parentheses, possibly with spaces): state,
     // then 16 more fields, then the thread count.
