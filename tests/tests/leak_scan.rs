@@ -19,8 +19,9 @@ use std::path::{Path, PathBuf};
 
 use format_writers::LeakKind;
 use tracer_tests::{
-    dtv_bytes_for, dtv_bytes_under_valgrind, example, fresh_dir, read_scan, run_traced,
-    status_text, tracer, tracer_lib, valgrind_leaks, Cmd, LeakClasses, ScanResult, Traced,
+    assert_same_behaviour, dtv_bytes_for, dtv_bytes_under_valgrind, example, fresh_dir, read_scan,
+    run_traced, status_text, tracer, tracer_lib, valgrind_leaks, Cmd, LeakClasses, ScanResult,
+    Traced,
 };
 
 const NONE: LeakClasses = LeakClasses::new([(0, 0); 4]);
@@ -246,18 +247,7 @@ fn the_last_thread_ending_ends_the_traced_process_with_its_scan() {
         "main_exit: worker done\n"
     );
     let traced = run_traced(&cmd, &[]);
-    assert_eq!(
-        (
-            String::from_utf8_lossy(&traced.output.stdout).to_string(),
-            status_text(&traced.output.status)
-        ),
-        (
-            String::from_utf8_lossy(&plain.stdout).to_string(),
-            status_text(&plain.status)
-        ),
-        "stderr: {}",
-        traced.stderr()
-    );
+    assert_same_behaviour(&plain, &traced, "leaks/main_exit");
     let s = read_scan(&traced.files[0]).unwrap_or_else(|e| panic!("{e}"));
     assert!(s.scanned, "a LeakScan record");
     assert_eq!((s.unclassified, s.stray), (0, 0));

@@ -845,15 +845,22 @@ fn stop_writer(print: bool) -> Option<Receiver<Msg>> {
             return None;
         }
     }
-    let quiet = config().is_none_or(|c| c.quiet);
-    if print && !quiet {
-        if let Ok(w) = ctl.written.lock() {
-            if !w.is_empty() {
-                sys::stderr_line(&format!("wrote {}", w.join(", ")));
-            }
-        }
+    if print {
+        say_written(ctl);
     }
     join_writer()
+}
+
+/// The summary line naming the files the writer finished (unless quiet).
+fn say_written(ctl: &Control) {
+    if config().is_none_or(|c| c.quiet) {
+        return;
+    }
+    if let Ok(w) = ctl.written.lock() {
+        if !w.is_empty() {
+            sys::stderr_line(&format!("wrote {}", w.join(", ")));
+        }
+    }
 }
 
 /// `dlclose` is about to unload the object at `path`: the writer reports it
@@ -972,14 +979,7 @@ pub fn program_gone() -> bool {
 /// line, then `exit(0)` from the writer thread (the program's exit handlers
 /// run there, unrecorded: the writer is the tracer's own thread).
 pub fn end_orphaned(ctl: &Control) -> ! {
-    let quiet = config().is_none_or(|c| c.quiet);
-    if !quiet {
-        if let Ok(w) = ctl.written.lock() {
-            if !w.is_empty() {
-                sys::stderr_line(&format!("wrote {}", w.join(", ")));
-            }
-        }
-    }
+    say_written(ctl);
     // SAFETY: exit is what glibc itself calls when a process's last thread
     // ends; every file of ours is finished and released.
     unsafe { libc::exit(0) }
