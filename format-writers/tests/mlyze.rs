@@ -1760,3 +1760,40 @@ fn replay_allocations_reads_back_spooled_and_pending_events() {
     assert_eq!(allocs, expect, "the finished file");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The example spool of `docs/formats/mlyze.md` ("The spool and recovery"),
+/// byte for byte: one stack (tag 16, no frame shared with a stack before)
+/// and one ALLOC, after one flush.
+#[test]
+fn the_documented_spool_example_is_what_the_writer_spools() {
+    let spool = Shared::<std::io::Cursor<Vec<u8>>>::default();
+    let mut w = Writer::with_spool(Vec::new(), spool.clone(), None).unwrap();
+    w.write(&Record::Stack(Stack {
+        id: 7,
+        frames: vec![Frame {
+            address: 0x401000,
+            symbol: Some(Symbol {
+                function: "main".into(),
+                file: String::new(),
+                line: 3,
+            }),
+        }],
+    }))
+    .unwrap();
+    w.write(&alloc(1_700_000_000_000_000_000, 4242, 0x1000, 128, 7))
+        .unwrap();
+    w.flush().unwrap();
+    #[rustfmt::skip]
+    let want: Vec<u8> = vec![
+        0x4d, 0x54, 0x52, 0x53, 0x01, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+        0x01, 0x23, 0, 0, 0,
+        0x05, 0x00, 0x04, b'm', b'a', b'i', b'n',
+        0x06, 0x00, 0x00,
+        0x10, 0x07, 0x01, 0x00, 0x80, 0xa0, 0x80, 0x02, 0x00, 0x00, 0x03,
+        0x0b, 0x00, 0x00, 0x92, 0x21,
+        0x01, 0x80, 0x80, 0xf9, 0xc0, 0xc1, 0xc4, 0x82, 0x03,
+        0x02, 0x0f, 0, 0, 0,
+        0x00, 0x00, 0x00, 0x10, 0, 0, 0, 0, 0, 0, 0x80, 0x01, 0x07, 0x00, 0x00,
+    ];
+    assert_eq!(spool.0.lock().unwrap().get_ref(), &want);
+}

@@ -254,7 +254,12 @@ fn mutated_spools_error_or_recover() {
         reset_largest();
         let mut out = Vec::new();
         let res = mlyze::recover_to(&probe, &mut out);
-        assert!(largest() <= bound);
+        assert!(
+            largest() <= bound,
+            "largest {} for a spool of {} bytes",
+            largest(),
+            f.len()
+        );
         if res.is_ok() {
             recovered += 1;
             // Whatever recovery writes, our reader reads it without panicking.

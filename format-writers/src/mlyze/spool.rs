@@ -31,6 +31,15 @@
 //! | 13 | dropped syscalls | running total `v` |
 //! | 14 | leak scan | events written before it `v`, time ns `v` |
 //! | 15 | block class | address `v`, kind `v` (0 definite, 1 indirect, 2 possible, 3 reachable), for the last leak scan |
+//! | 16 | stack sharing frames | id `v`, frame count `v`, shared `v`, then per frame not shared: address, function id, file id, line `v` |
+//!
+//! A stack that shares its outermost frames with the stack logged just
+//! before it (tag 16) gives their number and writes out only the others
+//! (innermost first, as tag 8 does; the shared ones follow them): new
+//! stacks come in the order the program makes them, and one often differs
+//! from the last in its innermost calls alone (cc1plus: 58% of its 4.2M
+//! frames are shared so). The log is then less than half as long, and
+//! `finish` reads it three times. Reading needs the previous stack alone.
 //!
 //! Function and file ids are logged in the order they are assigned, so replaying
 //! the log rebuilds the writer's tables exactly, and the ids baked into the event
@@ -81,6 +90,7 @@ pub(super) mod entry {
     pub const DROPPED: u8 = 13;
     pub const LEAK_SCAN: u8 = 14;
     pub const BLOCK_CLASS: u8 = 15;
+    pub const STACK_SHARED: u8 = 16;
 
     fn put_str(log: &mut Vec<u8>, s: &str) {
         put_varint(log, s.len() as u64);
@@ -127,11 +137,27 @@ pub(super) mod entry {
         put_varint(log, id.into());
     }
 
+    #[cfg(test)]
     pub fn put_stack(log: &mut Vec<u8>, id: u64, frames: &[FrameRef]) {
         log.push(STACK);
         put_varint(log, id);
         put_varint(log, frames.len() as u64);
         for f in frames {
+            put_varint(log, f.addr);
+            put_varint(log, f.func.into());
+            put_varint(log, f.file.into());
+            put_varint(log, f.line.into());
+        }
+    }
+
+    /// A stack (innermost frame first) whose last `shared` frames are the
+    /// last ones of the stack logged before it.
+    pub fn put_stack_shared(log: &mut Vec<u8>, id: u64, frames: &[FrameRef], shared: usize) {
+        log.push(STACK_SHARED);
+        put_varint(log, id);
+        put_varint(log, frames.len() as u64);
+        put_varint(log, shared as u64);
+        for f in &frames[..frames.len() - shared] {
             put_varint(log, f.addr);
             put_varint(log, f.func.into());
             put_varint(log, f.file.into());
@@ -320,6 +346,20 @@ impl Cur<'_> {
         f
     }
 
+    /// A logged frame's address, function id, file id and line.
+    #[inline]
+    fn frame(&mut self) -> Result<FrameRef> {
+        match self.quick_frame() {
+            Some(f) => Ok(f),
+            None => Ok(FrameRef {
+                addr: self.varint("frame address")?,
+                func: self.u32("function id")?,
+                file: self.u32("file id")?,
+                line: self.u32("line")?,
+            }),
+        }
+    }
+
     #[inline(never)]
     fn long_varint(&mut self, what: &str) -> Result<u64> {
         let start = self.at();
@@ -357,14 +397,25 @@ impl Cur<'_> {
     }
 
     fn count(&mut self, what: &str) -> Result<usize> {
+        self.count_beyond(what, 0)
+    }
+
+    /// A count of items that take at least one byte each of the rest of the
+    /// chunk, except `extra` of them: a larger count is corrupt, and never
+    /// sizes an allocation.
+    fn count_beyond(&mut self, what: &str, extra: usize) -> Result<usize> {
         let at = self.at();
         let n = self.varint(what)?;
-        // Every counted item takes at least one byte: a count beyond the rest of
-        // the chunk is corrupt, and never sizes an allocation.
-        if n > (self.buf.len() - self.pos) as u64 {
+        let most = (self.buf.len() - self.pos) as u64 + extra as u64;
+        if n > most {
+            let rest = if extra == 0 {
+                "the rest of the chunk".to_string()
+            } else {
+                format!("the rest of the chunk and the {extra} frames of the stack before")
+            };
             return Err(FormatError::invalid(
                 at,
-                format!("{what} no larger than the rest of the chunk"),
+                format!("{what} no larger than {rest}"),
                 n.to_string(),
             ));
         }
@@ -531,28 +582,45 @@ pub(super) fn replay(
                     }
                 }
             }
-            entry::STACK => {
+            entry::STACK | entry::STACK_SHARED => {
                 let id = cur.varint("stack id")?;
-                let n = cur.count("frame count")?;
+                let n = if tag == entry::STACK_SHARED {
+                    // Shared frames take no byte of the entry: the count is
+                    // bounded by the rest of the chunk and the last stack.
+                    cur.count_beyond("frame count", t.last_stack.len())?
+                } else {
+                    cur.count("frame count")?
+                };
+                let shared = if tag == entry::STACK_SHARED {
+                    let s_at = cur.at();
+                    let shared = cur.varint("shared frame count")?;
+                    let most = n.min(t.last_stack.len());
+                    if shared > most as u64 {
+                        return Err(FormatError::invalid(
+                            s_at,
+                            format!("at most {most} frames shared with the stack logged before"),
+                            shared.to_string(),
+                        ));
+                    }
+                    shared as usize
+                } else {
+                    0
+                };
                 frames.clear();
                 frames.reserve(n);
-                for _ in 0..n {
+                for _ in 0..n - shared {
                     let f_at = cur.at();
-                    let f = match cur.quick_frame() {
-                        Some(f) => f,
-                        None => FrameRef {
-                            addr: cur.varint("frame address")?,
-                            func: cur.u32("function id")?,
-                            file: cur.u32("file id")?,
-                            line: cur.u32("line")?,
-                        },
-                    };
+                    let f = cur.frame()?;
                     if keep {
                         check_id(f.func, t.functions.len(), f_at, "function")?;
                         check_id(f.file, t.files.len(), f_at, "file")?;
                     }
                     frames.push(f);
                 }
+                let last = &t.last_stack;
+                frames.extend_from_slice(&last[last.len() - shared..]);
+                t.last_stack.clear();
+                t.last_stack.extend_from_slice(&frames);
                 if let Some(out) = emit.as_deref_mut() {
                     let frames = frames.iter().map(|f| frame_of(t, f)).collect();
                     out.push_back(Record::Stack(Stack { id, frames }));
@@ -805,4 +873,129 @@ pub fn recover(spool: &Path) -> Result<(PathBuf, RecoverStats)> {
 /// True when `magic` starts a spool.
 pub fn is_spool(magic: &[u8]) -> bool {
     magic.get(..4) == Some(&SPOOL_MAGIC[..])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(addr: u64, func: u32, file: u32, line: u32) -> FrameRef {
+        FrameRef {
+            addr,
+            func,
+            file,
+            line,
+        }
+    }
+
+    /// The stacks a log holds, as the finish's passes see them, read as two
+    /// chunks split at `cut` (the previous stack is remembered across them).
+    fn stacks_of(log: &[u8], cut: usize) -> Result<Vec<(u64, Vec<FrameRef>)>> {
+        let mut got = Vec::new();
+        let mut each = |id: u64, f: &[FrameRef]| {
+            got.push((id, f.to_vec()));
+            Ok(())
+        };
+        let mut t = Tables::default();
+        replay(&mut t, &log[..cut], 100, None, Stacks::Only(&mut each))?;
+        replay(
+            &mut t,
+            &log[cut..],
+            100 + cut as u64,
+            None,
+            Stacks::Only(&mut each),
+        )?;
+        Ok(got)
+    }
+
+    /// Three stacks logged by a spooling writer's tables, the second and
+    /// third sharing outer frames with the one before: bytes derived by
+    /// hand from the entry table above.
+    #[test]
+    fn stacks_share_their_outer_frames_with_the_previous_one() {
+        let main = frame(0x1000, 1, 0, 7);
+        let run = frame(0x2000, 2, 0, 0);
+        let a = frame(0x3000, 3, 1, 300);
+        let b = frame(0x4000, 4, 1, 0);
+        let mut t = Tables::default();
+        t.log = Some(Vec::new());
+        // Innermost first.
+        t.set_stack(1, vec![a, run, main]);
+        t.set_stack(2, vec![b, run, main]);
+        t.set_stack(3, vec![main]);
+        let log = t.log.take().unwrap();
+        #[rustfmt::skip]
+        let want = [
+            16, 1, 3, 0,                       // stack 1: 3 frames, none shared
+            0x80, 0x60, 3, 1, 0xac, 0x02,      //   0x3000, func 3, file 1, line 300
+            0x80, 0x40, 2, 0, 0,               //   0x2000, func 2
+            0x80, 0x20, 1, 0, 7,               //   0x1000, func 1, line 7
+            16, 2, 3, 2,                       // stack 2: 3 frames, 2 shared
+            0x80, 0x80, 0x01, 4, 1, 0,         //   0x4000, func 4, file 1
+            16, 3, 1, 1,                       // stack 3: its one frame shared
+        ];
+        assert_eq!(log, want);
+        let all = vec![
+            (1, vec![a, run, main]),
+            (2, vec![b, run, main]),
+            (3, vec![main]),
+        ];
+        for cut in [0, 20, 30, log.len()] {
+            assert_eq!(stacks_of(&log, cut).unwrap(), all, "cut at {cut}");
+        }
+        // The earlier form, every frame written out (tag 8), reads the same.
+        let mut old = Vec::new();
+        for (id, f) in &all {
+            entry::put_stack(&mut old, *id, f);
+        }
+        assert_eq!(stacks_of(&old, 0).unwrap(), all);
+    }
+
+    #[test]
+    fn sharing_more_frames_than_the_previous_stack_had_is_an_error_at_its_offset() {
+        let mut log = Vec::new();
+        entry::put_stack_shared(&mut log, 1, &[frame(0x10, 0, 0, 0)], 0);
+        let cut = log.len();
+        let at = cut as u64 + 3; // tag, id, count, then the shared count
+        log.extend([16, 2, 2, 2]);
+        let e = stacks_of(&log, cut).unwrap_err();
+        assert_eq!(e.offset(), 100 + at, "{e}");
+        assert!(
+            e.to_string()
+                .contains("shared with the stack logged before"),
+            "{e}"
+        );
+        // More than the stack's own count, with enough before: also refused.
+        let mut log = Vec::new();
+        entry::put_stack_shared(&mut log, 1, &[frame(0x10, 0, 0, 0); 3], 0);
+        log.extend([16, 2, 1, 2]);
+        assert!(stacks_of(&log, 0).is_err());
+        // A count beyond the bytes left and the stack before.
+        let mut log = Vec::new();
+        entry::put_stack_shared(&mut log, 1, &[frame(0x10, 0, 0, 0); 3], 0);
+        let cut = log.len();
+        log.extend([16, 2, 5, 0]);
+        let e = stacks_of(&log, cut).unwrap_err();
+        assert!(
+            e.to_string().contains("the 3 frames of the stack before"),
+            "{e}"
+        );
+    }
+
+    /// A deep stack sharing all but one frame ends a chunk: its count is
+    /// larger than the bytes left, and still valid.
+    #[test]
+    fn a_deep_shared_stack_may_end_a_chunk() {
+        let deep: Vec<FrameRef> = (0..40).map(|i| frame(0x1000 + i, 0, 0, 0)).collect();
+        let mut next = deep.clone();
+        next[0] = frame(0x99, 0, 0, 0);
+        let mut t = Tables::default();
+        t.log = Some(Vec::new());
+        t.set_stack(1, deep.clone());
+        t.set_stack(2, next.clone());
+        let log = t.log.take().unwrap();
+        let cut = log.len() - 9;
+        assert_eq!(&log[cut..], &[16, 2, 40, 39, 0x99, 0x01, 0, 0, 0]);
+        assert_eq!(stacks_of(&log, cut).unwrap(), vec![(1, deep), (2, next)]);
+    }
 }
