@@ -305,7 +305,14 @@ fn debug_candidates(
 
 impl Image {
     /// Opens `path`, and its separate debug info when the file has none.
-    pub fn open(path: &Path, search: &DebugSearch<'_>) -> Result<Image, OpenError> {
+    /// With `wanted` (offsets from the load address of the addresses that
+    /// will be looked up), only the symbols covering one of them are named
+    /// (see [`crate::Symbolizer::only`]).
+    pub fn open(
+        path: &Path,
+        search: &DebugSearch<'_>,
+        wanted: Option<&[u64]>,
+    ) -> Result<Image, OpenError> {
         let mmap = map(path)?;
         let file = parse(&mmap)?;
 
@@ -319,8 +326,12 @@ impl Image {
         };
         let end_vaddr = segments.iter().map(|s| s.1).max().unwrap_or(first_vaddr);
 
+        // File addresses, sorted as the offsets are.
+        let wanted: Option<Vec<u64>> =
+            wanted.map(|w| w.iter().map(|&o| first_vaddr.wrapping_add(o)).collect());
+        let wanted = wanted.as_deref();
         let mut symbols = Symbols::default();
-        collect_symbols(&file, &mut symbols);
+        collect_symbols(&file, &mut symbols, wanted);
 
         let build_id = file.build_id().ok().flatten();
         let mut debug_file = None;
@@ -340,7 +351,7 @@ impl Image {
                 if !has_debug_info(&dfile) {
                     continue;
                 }
-                collect_symbols(&dfile, &mut symbols);
+                collect_symbols(&dfile, &mut symbols, wanted);
                 drop(dfile);
                 dwarf_source = Some((dmap, candidate));
                 break;
@@ -452,7 +463,7 @@ impl Image {
         let list = &self.symbols.list;
         let i = list.partition_point(|s| s.start <= probe);
         let s = list.get(i.checked_sub(1)?)?;
-        if s.size != 0 && probe - s.start >= s.size {
+        if (s.size != 0 && probe - s.start >= s.size) || s.len == 0 {
             return None;
         }
         Some(demangle(self.symbols.name(s), None))
@@ -525,20 +536,36 @@ fn load_sup(
     None
 }
 
-fn collect_symbols(file: &object::File<'_>, out: &mut Symbols) {
+/// With `wanted` (sorted file addresses), a sized symbol covering none of
+/// them (its end included: a return address may follow the function's last
+/// call) is kept without its name, which is not read.
+fn collect_symbols(file: &object::File<'_>, out: &mut Symbols, wanted: Option<&[u64]>) {
     for sym in file.symbols().chain(file.dynamic_symbols()) {
         if sym.kind() != object::SymbolKind::Text || !sym.is_definition() {
+            continue;
+        }
+        let (start, size) = (sym.address(), sym.size());
+        let named = match wanted {
+            Some(w) if size != 0 => {
+                let i = w.partition_point(|&a| a < start);
+                w.get(i).is_some_and(|&a| a - start <= size)
+            }
+            _ => true,
+        };
+        if !named {
+            out.push(start, size, sym.is_global(), "");
             continue;
         }
         let Ok(name) = sym.name() else { continue };
         if name.is_empty() {
             continue;
         }
-        out.push(sym.address(), sym.size(), sym.is_global(), name);
+        out.push(start, size, sym.is_global(), name);
     }
 }
 
-/// Sorts symbols and keeps one per address: a sized one over an unsized one,
+/// Sorts symbols and keeps one per address: a named one over a nameless one
+/// (see `collect_symbols`), a sized one over an unsized one,
 /// a global over a local, a public name over a `_`-prefixed alias
 /// (`malloc` over `__libc_malloc`), then the shorter.
 fn finish_symbols(symbols: &mut Symbols) {
@@ -547,6 +574,7 @@ fn finish_symbols(symbols: &mut Symbols) {
         let (an, bn) = (symbols.name(a), symbols.name(b));
         a.start
             .cmp(&b.start)
+            .then((a.len == 0).cmp(&(b.len == 0)))
             .then((b.size != 0).cmp(&(a.size != 0)))
             .then(b.global.cmp(&a.global))
             .then(an.starts_with('_').cmp(&bn.starts_with('_')))
@@ -554,6 +582,16 @@ fn finish_symbols(symbols: &mut Symbols) {
             .then(an.cmp(bn))
     });
     list.dedup_by(|later, first| later.start == first.start);
+    // A nameless symbol (see `collect_symbols`) only bounds the symbol
+    // before it: not needed after a sized one that ends at or before it.
+    let mut end_before: Option<u64> = None;
+    list.retain(|s| {
+        let keep = s.len != 0 || end_before.map_or(true, |end| end > s.start);
+        if keep {
+            end_before = (s.size != 0).then(|| s.start.saturating_add(s.size));
+        }
+        keep
+    });
     list.shrink_to_fit();
     // Only the kept names stay when many were dropped (a file's `.symtab`
     // repeats its `.dynsym`).
@@ -570,5 +608,79 @@ fn finish_symbols(symbols: &mut Symbols) {
     } else {
         symbols.list = list;
         symbols.names.shrink_to_fit();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// With the addresses to be asked given, every one of them (and the
+    /// instruction before it, as a return address is looked up) gets the
+    /// name the full table gives; any other address gets that name or
+    /// none, never another. Over the C library's and this test program's
+    /// own function symbols: probes at starts, inside, at ends and between.
+    #[test]
+    fn naming_only_the_wanted_symbols_names_them_as_the_full_table_does() {
+        let search = DebugSearch {
+            debug_dirs: &[],
+            host_paths: true,
+            separate: false,
+        };
+        let libc = ["/lib/x86_64-linux-gnu/libc.so.6", "/usr/lib64/libc.so.6"]
+            .into_iter()
+            .map(Path::new)
+            .find(|p| p.exists());
+        let exe = std::env::current_exe().unwrap();
+        for path in libc.into_iter().chain([exe.as_path()]) {
+            let full = Image::open(path, &search, None).unwrap();
+            let starts: Vec<(u64, u64)> = full
+                .symbols
+                .list
+                .iter()
+                .map(|s| (s.start, s.size))
+                .collect();
+            assert!(
+                starts.len() > 100,
+                "{}: {} symbols",
+                path.display(),
+                starts.len()
+            );
+            let mut probes = Vec::new();
+            for &(a, size) in &starts {
+                probes.extend([a.wrapping_sub(1), a, a + size / 2, a + size, a + size + 1]);
+            }
+            // Every 7th symbol's middle and end (a return address after a
+            // last call) are the addresses asked.
+            let asked: Vec<u64> = starts
+                .iter()
+                .step_by(7)
+                .flat_map(|&(a, size)| [a + size / 2, a + size])
+                .collect();
+            let mut offsets: Vec<u64> = asked.iter().map(|&a| a - full.first_vaddr).collect();
+            offsets.sort_unstable();
+            offsets.dedup();
+            let some = Image::open(path, &search, Some(&offsets)).unwrap();
+            assert!(some.symbols.names.len() < full.symbols.names.len() / 3);
+            for &a in &asked {
+                for p in [a, a - 1] {
+                    assert_eq!(
+                        some.symbol_at(p),
+                        full.symbol_at(p),
+                        "{} asked {p:#x}",
+                        path.display()
+                    );
+                }
+            }
+            for p in probes {
+                let got = some.symbol_at(p);
+                assert!(
+                    got.is_none() || got == full.symbol_at(p),
+                    "{} at {p:#x}: {got:?} against {:?}",
+                    path.display(),
+                    full.symbol_at(p)
+                );
+            }
+        }
     }
 }

@@ -958,8 +958,11 @@ impl State {
             Symbolize::Full => true,
         };
         addrs.sort_unstable();
+        // Only these addresses are asked: names of other functions are not
+        // read (memory added to the program's at its end).
         let mut names =
-            symbolizer::Symbolizer::new(objects, &self.executable, symbolizer::Options::default());
+            symbolizer::Symbolizer::new(objects, &self.executable, symbolizer::Options::default())
+                .only(addrs);
         if !separate {
             names = names.without_separate_debug();
         }
@@ -968,7 +971,7 @@ impl State {
                 c.progress.fetch_add(1, Ordering::Relaxed);
             }
             // Every frame is a return address: the call's line is wanted.
-            let r = names.symbolize(a, true);
+            let r = names.symbolize_once(a, true);
             // The innermost (possibly inlined) function names the frame.
             let Some(f) = r.frames.iter().find(|f| f.function.is_some()) else {
                 continue;
