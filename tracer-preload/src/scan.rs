@@ -873,6 +873,24 @@ impl SelfMemory<'_> {
         let i = self.fast.partition_point(|m| m.0 <= addr);
         i > 0 && addr.saturating_add(len as u64) <= self.fast[i - 1].1
     }
+
+    /// Copies `buf.len()` bytes from `addr` when they lie inside one of the
+    /// `fast` mappings (false, and nothing copied, otherwise).
+    fn copy_fast(&self, addr: u64, buf: &mut [u8]) -> bool {
+        if self.fast.is_empty() || !self.fast_contains(addr, buf.len()) {
+            return false;
+        }
+        // SAFETY: [addr, addr + len) lies inside an anonymous mapping of the
+        // /proc/self/maps snapshot `run` took after every other thread of
+        // the program was found gone, with the exiting thread waiting, its
+        // signals blocked ([`hold_exit`]): only the writer could unmap it,
+        // by freeing a buffer of its own, and those the plan leaves out (see
+        // `run`); `buf` is ours and `len` long.
+        unsafe {
+            core::ptr::copy_nonoverlapping(addr as usize as *const u8, buf.as_mut_ptr(), buf.len())
+        };
+        true
+    }
 }
 
 impl Memory for SelfMemory<'_> {
@@ -880,19 +898,8 @@ impl Memory for SelfMemory<'_> {
         if !self.fast.is_empty() && ranges.iter().all(|&(a, len)| self.fast_contains(a, len)) {
             let mut off = 0;
             for &(a, len) in ranges {
-                // SAFETY: [a, a + len) lies inside an anonymous mapping of a
-                // /proc/self/maps read after every other thread of the
-                // program was found gone, with the exiting thread waiting,
-                // its signals blocked ([`hold_exit`]): nothing can unmap it;
-                // `buf[off..off + len]` is inside `buf` (the lengths add up
-                // to at most its length).
-                unsafe {
-                    core::ptr::copy_nonoverlapping(
-                        a as usize as *const u8,
-                        buf[off..off + len].as_mut_ptr(),
-                        len,
-                    )
-                };
+                // Inside `buf`: the lengths add up to at most its length.
+                self.copy_fast(a, &mut buf[off..off + len]);
                 off += len;
             }
             return off;
@@ -938,17 +945,7 @@ impl Memory for SelfMemory<'_> {
         if buf.is_empty() {
             return 0;
         }
-        if !self.fast.is_empty() && self.fast_contains(addr, buf.len()) {
-            // SAFETY: as in `read_many`: [addr, addr + len) lies inside an
-            // anonymous mapping that nothing unmaps while `fast` is set (see
-            // `run`); `buf` is ours and `len` long.
-            unsafe {
-                core::ptr::copy_nonoverlapping(
-                    addr as usize as *const u8,
-                    buf.as_mut_ptr(),
-                    buf.len(),
-                )
-            };
+        if self.copy_fast(addr, buf) {
             return buf.len();
         }
         if !self.direct {

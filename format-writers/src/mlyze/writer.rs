@@ -694,8 +694,9 @@ struct Slots<T> {
 }
 
 impl<T: Default + Clone> Slots<T> {
-    /// The slot of a key hashed to `h`, made (or grown) first when due.
-    fn at(&mut self, h: u64) -> &mut T {
+    /// The index of the slot of a key hashed to `h`, the slots made (or
+    /// grown) first when due.
+    fn at(&mut self, h: u64) -> usize {
         if self.slots.is_empty() || self.lookups >= 16 << self.bits {
             let repeat = self.misses > self.lookups / 16 && self.misses < self.lookups / 8 * 7;
             let bits = if self.slots.is_empty() {
@@ -713,8 +714,7 @@ impl<T: Default + Clone> Slots<T> {
             self.misses = 0;
         }
         self.lookups += 1;
-        let i = (h.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - self.bits)) as usize;
-        &mut self.slots[i]
+        (h.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - self.bits)) as usize
     }
 }
 
@@ -727,33 +727,30 @@ impl FrameTexts {
         ids: impl Fn(&FrameRef) -> (u32, u32, u32),
     ) {
         let h = f.addr ^ (u64::from(f.func) << 40 ^ u64::from(f.line) << 20 ^ u64::from(f.file));
-        let frames = &mut self.frames;
-        let s = frames.at(h);
+        let i = self.frames.at(h);
+        let s = &mut self.frames.slots[i];
         if s.len == 0 || s.key != *f {
             let (func, file, line) = ids(f);
             let n = frame_text(&mut s.text, file, line, func);
             s.key = *f;
             s.len = n as u8;
-            frames.misses += 1;
+            self.frames.misses += 1;
         }
-        let s =
-            &frames.slots[(h.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - frames.bits)) as usize];
         out.extend_from_slice(&s.text[..s.len as usize]);
     }
 
     /// Appends `addr` in decimal.
     fn address(&mut self, out: &mut Vec<u8>, addr: u64) {
-        let addresses = &mut self.addresses;
-        let s = addresses.at(addr);
+        let i = self.addresses.at(addr);
+        let s = &mut self.addresses.slots[i];
         if s.len == 0 || s.addr != addr {
-            let d = Digits::new().of(addr).to_owned();
-            s.text[..d.len()].copy_from_slice(&d);
+            let mut d = Digits::new();
+            let t = d.of(addr);
+            s.text[..t.len()].copy_from_slice(t);
             s.addr = addr;
-            s.len = d.len() as u8;
-            addresses.misses += 1;
+            s.len = t.len() as u8;
+            self.addresses.misses += 1;
         }
-        let s = &addresses.slots
-            [(addr.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - addresses.bits)) as usize];
         out.extend_from_slice(&s.text[..s.len as usize]);
     }
 }
