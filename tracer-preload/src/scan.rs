@@ -1936,10 +1936,15 @@ pub fn run(live: &mut Live, at: &ExitPoint) -> (Vec<(u64, LeakKind)>, Stats) {
         && HOLD
             .compare_exchange(HELD, SCANNING, Ordering::AcqRel, Ordering::Acquire)
             .is_ok();
-    let now_text = if fast { own_maps() } else { String::new() };
-    let now = parse_maps(&now_text);
-    let maps = if fast { &now } else { &maps };
-    mem.fast = fast_mappings(if fast { maps } else { &[] });
+    let snapshot = fast.then(|| {
+        let text = own_maps();
+        let maps = parse_maps(&text);
+        (text, maps)
+    });
+    let maps = snapshot.as_ref().map_or(&maps, |(_, m)| m);
+    if snapshot.is_some() {
+        mem.fast = fast_mappings(maps);
+    }
     let plan = RootPlan {
         blocks: &blocks,
         excluded: &excluded,
@@ -1966,7 +1971,7 @@ pub fn run(live: &mut Live, at: &ExitPoint) -> (Vec<(u64, LeakKind)>, Stats) {
     let kinds = classifier.finish(&mut mem);
     if fast {
         mem.fast.clear();
-        drop((now, now_text));
+        drop(snapshot);
         HOLD.store(DONE, Ordering::Release);
     } else {
         let _ = HOLD.compare_exchange(HELD, DONE, Ordering::AcqRel, Ordering::Acquire);
@@ -2510,12 +2515,14 @@ mod tests {
             vec![(0x1000, 0x3000), (0x5000, 0x6000), (0x8000, 0x8800)]
         );
         // A live buffer of this process as the one fast mapping: a batch
-        // inside it is copied, a batch with one range past its end goes to
-        // process_vm_readv (which reads the same bytes here).
+        // or a single read inside it is copied, one with a range past its
+        // end goes to process_vm_readv. The kernel path is given a process
+        // that does not exist (ESRCH, not a refusal that would switch to
+        // direct reads), so only a direct copy returns bytes.
         let data: Vec<u8> = (0..=255).collect();
         let (a, b) = (data.as_ptr() as u64, data.as_ptr() as u64 + 256);
         let mut mem = SelfMemory {
-            pid: sys::raw_getpid() as i32,
+            pid: i32::MAX,
             direct: false,
             readable: &[],
             fast: vec![(a, b - 16)],
@@ -2528,8 +2535,15 @@ mod tests {
         assert_eq!(mem.read_many(&[(a + 16, 32), (a + 100, 16)], &mut buf), 48);
         assert_eq!(&buf[..32], &data[16..48]);
         assert_eq!(&buf[32..], &data[100..116]);
-        assert_eq!(mem.read_many(&[(a, 16), (a + 224, 32)], &mut buf), 48);
-        assert_eq!(&buf[16..], &data[224..]);
+        let mut one = [0u8; 40];
+        assert_eq!(mem.read(a + 200, &mut one), 40, "a root window inside");
+        assert_eq!(&one[..], &data[200..240]);
+        // The batch falls back to one range at a time: the first is copied
+        // directly, the second, past the mapping, is not read.
+        assert_eq!(mem.read_many(&[(a, 16), (a + 224, 32)], &mut buf), 16);
+        assert_eq!(&buf[..16], &data[..16]);
+        assert_eq!(mem.read(a + 224, &mut one[..32]), 0);
+        assert!(!mem.direct);
     }
 
     #[test]

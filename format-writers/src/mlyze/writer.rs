@@ -642,7 +642,8 @@ fn stack_key(line: &mut Vec<u8>, n: usize, id: StackId) {
 /// (its exact `FrameRef`, so the late symbol applied to it is its own)
 /// and, apart, one address. Each kind starts with 2^10 slots and doubles
 /// (emptied) while more than 1 lookup in 16 misses but fewer than 7 in 8
-/// do: frames that repeat get room, a run of all-new frames does not.
+/// do: frames that repeat get room, a run of all-new frames does not (nor
+/// a set larger than the slots asked in a cycle, which misses as often).
 /// Only one kind is in use in a pass (both while the length is counted).
 #[derive(Default)]
 struct FrameTexts {
@@ -1568,6 +1569,36 @@ mod tests {
         texts.address(&mut out, 0);
         texts.address(&mut out, u64::MAX);
         assert_eq!(out, format!("0{}", u64::MAX).as_bytes());
+
+        // 3,000 addresses asked twice in a row, round after round (half
+        // the lookups miss at first): the slots grow, to the cap (at 4,096
+        // slots the collisions still miss more than 1 lookup in 16).
+        let mut repeat = FrameTexts::default();
+        for _ in 0..60 {
+            for a in 0..3000u64 {
+                for _ in 0..2 {
+                    out.clear();
+                    repeat.address(&mut out, 0x5555_0000_0000 + a * 0x40);
+                }
+            }
+        }
+        assert_eq!(repeat.addresses.bits, TEXT_SLOTS_MAX_BITS);
+
+        // All-new frames, asked many times over: the slots stay as made.
+        let mut fresh = FrameTexts::default();
+        let mut out = Vec::new();
+        for i in 0..200_000u64 {
+            out.clear();
+            fresh.frame(
+                &mut out,
+                &FrameRef {
+                    addr: i,
+                    ..FrameRef::default()
+                },
+                |f| (f.func, f.file, f.line),
+            );
+        }
+        assert_eq!(fresh.frames.bits, TEXT_SLOTS_MIN_BITS);
     }
 
     #[test]
