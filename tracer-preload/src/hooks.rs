@@ -298,9 +298,23 @@ pub unsafe fn assert_fail(
 /// are finished first, as before an exec, and tracing goes on into new
 /// ones afterwards.
 unsafe fn alone_for(flags: c_int, f: impl FnOnce() -> c_int) -> c_int {
-    let resume = flags & libc::CLONE_NEWUSER != 0
-        && lifecycle::is_traced_process()
-        && lifecycle::before_exec();
+    let user = flags & libc::CLONE_NEWUSER != 0 && lifecycle::is_traced_process();
+    let threads = if user { sys::thread_count() } else { None };
+    let resume = user && lifecycle::before_exec();
+    if resume {
+        // The join returns when the kernel clears the writer's thread id,
+        // before the thread has left the process: the kernel would still
+        // count it (EINVAL about once in five CI runs). Wait until it has
+        // left, 100 ms at most.
+        if let Some(n) = threads {
+            for _ in 0..2000 {
+                if sys::thread_count().is_none_or(|now| now < n) {
+                    break;
+                }
+                sys::sleep_us(50);
+            }
+        }
+    }
     let rc = f();
     let err = sys::errno();
     if resume {
