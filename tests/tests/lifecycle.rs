@@ -131,6 +131,26 @@ fn the_summary_never_goes_into_a_file_the_program_put_at_descriptor_2() {
     assert!(trace.figures.allocations >= 1000, "{:?}", trace.figures);
 }
 
+/// raw_close.c makes its descriptor calls through `syscall()`, the last
+/// one `syscall(SYS_close_range, 3, ~0U, 0)`: every call gives what it gives
+/// untraced (the program checks results and errno, and its own descriptors
+/// are closed), the trace files survive, and the 1000 pairs made after the
+/// close are in the trace with every figure exact.
+#[test]
+fn descriptor_calls_through_syscall_spare_the_trace_files() {
+    let bin = example("raw_close");
+    let cmd = Cmd::new(&bin);
+    let plain = cmd.run_plain();
+    assert_eq!(String::from_utf8_lossy(&plain.stdout), "ok 16\n");
+    let run = run_traced(&cmd, &[]);
+    assert_same_behaviour(&plain, &run, "raw_close");
+    assert_eq!(run.stderr(), "", "nothing said about closed files");
+    let trace = single_trace(&run);
+    let pairs: u64 = (1..=1000).sum();
+    let expected = Figures::new(1000, 1000, pairs, 0, 0).plus_live(1, 100);
+    assert_trace_figures(&trace, expected, "raw_close");
+}
+
 /// exit_together.c: eight threads call exit(3) at once. The process ends
 /// with status 3 as untraced, and the trace is complete (it was empty: a
 /// second exit ended the process while the first one's handler was

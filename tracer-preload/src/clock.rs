@@ -132,7 +132,7 @@ fn kernel_uses_tsc() -> bool {
             return false;
         }
         let n = libc::syscall(libc::SYS_read, fd, buf.as_mut_ptr(), buf.len());
-        libc::syscall(libc::SYS_close, fd);
+        crate::sys::raw_close(fd as core::ffi::c_int);
         n
     };
     n >= 3 && buf[..n as usize].trim_ascii_end() == b"tsc"

@@ -14,7 +14,7 @@
 //! Descriptor, exec and exit hooks protect the trace files and finish them at
 //! the right moments; see `fds` and `lifecycle`.
 
-use libc::{c_char, c_int, c_uint, c_void, size_t};
+use libc::{c_char, c_int, c_long, c_uint, c_void, size_t};
 
 use crate::syscalls::Real;
 use crate::{fds, lifecycle, sys, syscalls, tls};
@@ -156,7 +156,7 @@ pub unsafe fn close(fd: c_int) -> c_int {
         fds::forget(fd); // the tracer closing its own file
     }
     let t0 = syscalls::start(NR_CLOSE);
-    let rc = libc::syscall(libc::SYS_close, fd) as c_int;
+    let rc = sys::direct_syscall(libc::SYS_close, &[fd as c_long]) as c_int;
     if let Some(t0) = t0 {
         syscalls::done(NR_CLOSE, t0, i64::from(rc), |a| a.fd(fd));
     }
@@ -178,7 +178,7 @@ fn make_room(old: c_int, new: c_int) {
 pub unsafe fn dup2(old: c_int, new: c_int) -> c_int {
     make_room(old, new);
     let t0 = syscalls::start(NR_DUP2);
-    let rc = libc::syscall(libc::SYS_dup2, old, new) as c_int;
+    let rc = sys::direct_syscall(libc::SYS_dup2, &[old as c_long, new as c_long]) as c_int;
     if let Some(t0) = t0 {
         syscalls::done(NR_DUP2, t0, i64::from(rc), |a| {
             a.fd(old);
@@ -191,7 +191,10 @@ pub unsafe fn dup2(old: c_int, new: c_int) -> c_int {
 pub unsafe fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
     make_room(old, new);
     let t0 = syscalls::start(NR_DUP3);
-    let rc = libc::syscall(libc::SYS_dup3, old, new, flags) as c_int;
+    let rc = sys::direct_syscall(
+        libc::SYS_dup3,
+        &[old as c_long, new as c_long, flags as c_long],
+    ) as c_int;
     if let Some(t0) = t0 {
         syscalls::done(NR_DUP3, t0, i64::from(rc), |a| {
             a.fd(old);
@@ -203,7 +206,12 @@ pub unsafe fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
 }
 
 pub unsafe fn close_range(first: c_uint, last: c_uint, flags: c_int) -> c_int {
-    let raw = |a: c_uint, b: c_uint| libc::syscall(libc::SYS_close_range, a, b, flags) as c_int;
+    let raw = |a: c_uint, b: c_uint| {
+        sys::direct_syscall(
+            libc::SYS_close_range,
+            &[a as c_long, b as c_long, flags as c_long],
+        ) as c_int
+    };
     // CLOSE_RANGE_CLOEXEC only marks descriptors, and ours are close-on-exec.
     if !program_call() || flags as c_uint & libc::CLOSE_RANGE_CLOEXEC != 0 || first > last {
         return raw(first, last);
@@ -226,6 +234,37 @@ pub unsafe fn close_range(first: c_uint, last: c_uint, flags: c_int) -> c_int {
         }
     }
     0
+}
+
+/// The descriptor calls the program makes through `syscall()` (the
+/// exported `syscall` hands these four numbers here; see `lib.rs`): the
+/// same hooks as their libc functions, so that a program closing every
+/// descriptor with `syscall(SYS_close_range, 3, ~0U, 0)` does not close
+/// the trace files. Returns what `syscall()` would (-1 and `errno` on
+/// failure).
+pub unsafe extern "C" fn descriptor_syscall(
+    n: c_long,
+    a1: c_long,
+    a2: c_long,
+    a3: c_long,
+    a4: c_long,
+    a5: c_long,
+) -> c_long {
+    let rc = match n {
+        libc::SYS_close => close(a1 as c_int),
+        libc::SYS_dup2 => dup2(a1 as c_int, a2 as c_int),
+        libc::SYS_dup3 => dup3(a1 as c_int, a2 as c_int, a3 as c_int),
+        libc::SYS_close_range => close_range(a1 as c_uint, a2 as c_uint, a3 as c_int),
+        _ => return sys::direct_syscall(n, &[a1, a2, a3, a4, a5]),
+    };
+    c_long::from(rc)
+}
+
+/// `syscall()`'s failure path (see `lib.rs`): `rax` is the kernel's
+/// negative error; sets `errno`, returns -1.
+pub extern "C" fn syscall_failed(rax: c_long) -> c_long {
+    sys::set_errno_raw(rax.wrapping_neg() as c_int);
+    -1
 }
 
 pub unsafe fn closefrom(low: c_int) {

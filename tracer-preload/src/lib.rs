@@ -60,7 +60,7 @@ mod tls;
 mod unwind;
 mod writer;
 
-use libc::{c_char, c_int, c_uint, c_void, size_t};
+use libc::{c_char, c_int, c_long, c_uint, c_void, size_t};
 
 #[global_allocator]
 static TRACER_HEAP: alloc::LibcAlloc = alloc::LibcAlloc;
@@ -163,6 +163,55 @@ pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) -> c_int {
     hooks::close_range(first, last, flags)
+}
+
+/// `syscall()`: the four descriptor calls (`close`, `dup2`, `dup3`,
+/// `close_range`) go to their hooks ([`hooks::descriptor_syscall`]), every
+/// other number to the kernel exactly as glibc's own `syscall()` makes it:
+/// the arguments moved one register down (the sixth from the stack), the
+/// instruction, -1 and `errno` for a result in [-4095, -1]. Naked, so that
+/// nothing of ours is on the stack around the instruction: a `clone` or
+/// `vfork` made this way returns into the child as it would untraced.
+///
+/// The internal calls of the tracer that must not come back here use
+/// `sys::direct_syscall` instead of `libc::syscall` (which binds to this
+/// symbol once the library is loaded).
+#[cfg(target_arch = "x86_64")]
+#[cfg_attr(not(test), no_mangle)]
+#[unsafe(naked)]
+pub unsafe extern "C" fn syscall(n: c_long) -> c_long {
+    core::arch::naked_asm!(
+        "cmp rdi, {close}",
+        "je 2f",
+        "cmp rdi, {dup2}",
+        "je 2f",
+        "cmp rdi, {dup3}",
+        "je 2f",
+        "cmp rdi, {close_range}",
+        "je 2f",
+        "mov rax, rdi",
+        "mov rdi, rsi",
+        "mov rsi, rdx",
+        "mov rdx, rcx",
+        "mov r10, r8",
+        "mov r8, r9",
+        "mov r9, [rsp + 8]",
+        "syscall",
+        "cmp rax, -4095",
+        "jae 3f",
+        "ret",
+        "3:",
+        "mov rdi, rax",
+        "jmp {failed}",
+        "2:",
+        "jmp {descriptors}",
+        close = const libc::SYS_close,
+        dup2 = const libc::SYS_dup2,
+        dup3 = const libc::SYS_dup3,
+        close_range = const libc::SYS_close_range,
+        failed = sym hooks::syscall_failed,
+        descriptors = sym hooks::descriptor_syscall,
+    )
 }
 
 #[cfg_attr(not(test), no_mangle)]

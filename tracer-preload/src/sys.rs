@@ -6,7 +6,7 @@
 //! dynamic loader runs. Everything that must not re-enter our own exported
 //! symbols (`close`, `execve`, `_exit`, …) goes through raw system calls here.
 
-use libc::{c_int, c_void, size_t};
+use libc::{c_int, c_long, c_void, size_t};
 
 extern "C" {
     pub fn __libc_malloc(size: size_t) -> *mut c_void;
@@ -84,7 +84,7 @@ fn open_high(path: &core::ffi::CStr) -> Option<c_int> {
         }
         let high =
             libc::syscall(libc::SYS_fcntl, low, libc::F_DUPFD_CLOEXEC, high_fd_base()) as c_int;
-        libc::syscall(libc::SYS_close, low);
+        direct_syscall(libc::SYS_close, &[low as c_long]);
         (high >= 0).then_some(high)
     }
 }
@@ -343,7 +343,53 @@ fn stderr_is_the_first() -> bool {
 /// Closes a descriptor without going through our own `close` hook.
 pub fn raw_close(fd: c_int) -> c_int {
     // SAFETY: close on any integer is memory-safe.
-    unsafe { libc::syscall(libc::SYS_close, fd) as c_int }
+    unsafe { direct_syscall(libc::SYS_close, &[fd as c_long]) as c_int }
+}
+
+/// A system call made here with the `syscall` instruction, with glibc's
+/// `syscall()` conventions (the result, or -1 and `errno`), never through
+/// the exported `syscall` symbol: that one is ours (`hooks::syscall`), and
+/// the descriptor calls it hands to their hooks would come back to them.
+/// `args`: up to six, the rest 0.
+///
+/// # Safety
+/// As `syscall()`: the call's own requirements on its arguments.
+#[cfg(target_arch = "x86_64")]
+pub unsafe fn direct_syscall(n: c_long, args: &[c_long]) -> c_long {
+    let mut a = [0 as c_long; 6];
+    let k = args.len().min(6);
+    a[..k].copy_from_slice(&args[..k]);
+    let rc: c_long;
+    // SAFETY: the kernel's calling convention for x86-64 (rcx and r11 are
+    // clobbered by the instruction); the caller answers for the call.
+    unsafe {
+        core::arch::asm!(
+            "syscall",
+            inlateout("rax") n => rc,
+            in("rdi") a[0],
+            in("rsi") a[1],
+            in("rdx") a[2],
+            in("r10") a[3],
+            in("r8") a[4],
+            in("r9") a[5],
+            lateout("rcx") _,
+            lateout("r11") _,
+            options(nostack),
+        );
+    }
+    if (-4095..0).contains(&rc) {
+        set_errno_raw(-rc as c_int);
+        -1
+    } else {
+        rc
+    }
+}
+
+/// Sets `errno` through glibc's own accessor (usable wherever a system
+/// call is: no state of ours).
+pub fn set_errno_raw(value: c_int) {
+    // SAFETY: `__errno_location` returns this thread's errno.
+    unsafe { *libc::__errno_location() = value }
 }
 
 /// Duplicates `fd` to the lowest free descriptor >= `min`, close-on-exec.
