@@ -180,6 +180,10 @@ pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) 
 #[cfg_attr(not(test), no_mangle)]
 #[unsafe(naked)]
 pub unsafe extern "C" fn syscall(n: c_long) -> c_long {
+    // SAFETY: the caller's registers and stack are those of a C call of
+    // `syscall(long, ...)`; the plain path leaves them as glibc's does, and
+    // the two jumps are tail calls to C-ABI functions taking the same
+    // registers (the stack as at entry).
     core::arch::naked_asm!(
         "cmp rdi, {close}",
         "je 2f",

@@ -348,8 +348,8 @@ pub fn raw_close(fd: c_int) -> c_int {
 
 /// A system call made here with the `syscall` instruction, with glibc's
 /// `syscall()` conventions (the result, or -1 and `errno`), never through
-/// the exported `syscall` symbol: that one is ours (`hooks::syscall`), and
-/// the descriptor calls it hands to their hooks would come back to them.
+/// the exported `syscall` symbol: that one is ours (`lib.rs`), and the
+/// descriptor calls it hands to their hooks would come back to them.
 /// `args`: up to six, the rest 0.
 ///
 /// # Safety
@@ -383,6 +383,20 @@ pub unsafe fn direct_syscall(n: c_long, args: &[c_long]) -> c_long {
     } else {
         rc
     }
+}
+
+/// [`direct_syscall`] where the library exports no `syscall` of its own
+/// (it does on x86-64 only): glibc's.
+///
+/// # Safety
+/// As `syscall()`.
+#[cfg(not(target_arch = "x86_64"))]
+pub unsafe fn direct_syscall(n: c_long, args: &[c_long]) -> c_long {
+    let mut a = [0 as c_long; 6];
+    let k = args.len().min(6);
+    a[..k].copy_from_slice(&args[..k]);
+    // SAFETY: the caller answers for the call.
+    unsafe { libc::syscall(n, a[0], a[1], a[2], a[3], a[4], a[5]) }
 }
 
 /// Sets `errno` through glibc's own accessor (usable wherever a system
