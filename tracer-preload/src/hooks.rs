@@ -263,7 +263,7 @@ pub unsafe extern "C" fn descriptor_syscall(
 /// `syscall()`'s failure path (see `lib.rs`): `rax` is the kernel's
 /// negative error; sets `errno`, returns -1.
 pub extern "C" fn syscall_failed(rax: c_long) -> c_long {
-    sys::set_errno_raw(rax.wrapping_neg() as c_int);
+    sys::set_errno(rax.wrapping_neg() as c_int);
     -1
 }
 

@@ -378,7 +378,7 @@ pub unsafe fn direct_syscall(n: c_long, args: &[c_long]) -> c_long {
         );
     }
     if (-4095..0).contains(&rc) {
-        set_errno_raw(-rc as c_int);
+        set_errno(-rc as c_int);
         -1
     } else {
         rc
@@ -397,13 +397,6 @@ pub unsafe fn direct_syscall(n: c_long, args: &[c_long]) -> c_long {
     a[..k].copy_from_slice(&args[..k]);
     // SAFETY: the caller answers for the call.
     unsafe { libc::syscall(n, a[0], a[1], a[2], a[3], a[4], a[5]) }
-}
-
-/// Sets `errno` through glibc's own accessor (usable wherever a system
-/// call is: no state of ours).
-pub fn set_errno_raw(value: c_int) {
-    // SAFETY: `__errno_location` returns this thread's errno.
-    unsafe { *libc::__errno_location() = value }
 }
 
 /// Duplicates `fd` to the lowest free descriptor >= `min`, close-on-exec.
