@@ -156,7 +156,7 @@ pub unsafe fn close(fd: c_int) -> c_int {
         fds::forget(fd); // the tracer closing its own file
     }
     let t0 = syscalls::start(NR_CLOSE);
-    let rc = sys::direct_syscall(libc::SYS_close, &[fd as c_long]) as c_int;
+    let rc = sys::raw_close(fd);
     if let Some(t0) = t0 {
         syscalls::done(NR_CLOSE, t0, i64::from(rc), |a| a.fd(fd));
     }
@@ -237,7 +237,8 @@ pub unsafe fn close_range(first: c_uint, last: c_uint, flags: c_int) -> c_int {
 }
 
 /// The descriptor calls the program makes through `syscall()` (the
-/// exported `syscall` hands these four numbers here; see `lib.rs`): the
+/// exported `syscall` hands these four numbers here; see `lib.rs`, whose
+/// list of numbers must stay this match's): the
 /// same hooks as their libc functions, so that a program closing every
 /// descriptor with `syscall(SYS_close_range, 3, ~0U, 0)` does not close
 /// the trace files. Returns what `syscall()` would (-1 and `errno` on

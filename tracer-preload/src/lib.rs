@@ -166,7 +166,8 @@ pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) 
 }
 
 /// `syscall()`: the four descriptor calls (`close`, `dup2`, `dup3`,
-/// `close_range`) go to their hooks ([`hooks::descriptor_syscall`]), every
+/// `close_range`, the numbers below and the match there) go to their hooks
+/// ([`hooks::descriptor_syscall`]), every
 /// other number to the kernel exactly as glibc's own `syscall()` makes it:
 /// the arguments moved one register down (the sixth from the stack), the
 /// instruction, -1 and `errno` for a result in [-4095, -1]. Naked, so that

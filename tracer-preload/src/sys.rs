@@ -84,7 +84,7 @@ fn open_high(path: &core::ffi::CStr) -> Option<c_int> {
         }
         let high =
             libc::syscall(libc::SYS_fcntl, low, libc::F_DUPFD_CLOEXEC, high_fd_base()) as c_int;
-        direct_syscall(libc::SYS_close, &[low as c_long]);
+        raw_close(low);
         (high >= 0).then_some(high)
     }
 }
@@ -356,9 +356,7 @@ pub fn raw_close(fd: c_int) -> c_int {
 /// As `syscall()`: the call's own requirements on its arguments.
 #[cfg(target_arch = "x86_64")]
 pub unsafe fn direct_syscall(n: c_long, args: &[c_long]) -> c_long {
-    let mut a = [0 as c_long; 6];
-    let k = args.len().min(6);
-    a[..k].copy_from_slice(&args[..k]);
+    let a = six(args);
     let rc: c_long;
     // SAFETY: the kernel's calling convention for x86-64 (rcx and r11 are
     // clobbered by the instruction); the caller answers for the call.
@@ -392,11 +390,17 @@ pub unsafe fn direct_syscall(n: c_long, args: &[c_long]) -> c_long {
 /// As `syscall()`.
 #[cfg(not(target_arch = "x86_64"))]
 pub unsafe fn direct_syscall(n: c_long, args: &[c_long]) -> c_long {
-    let mut a = [0 as c_long; 6];
-    let k = args.len().min(6);
-    a[..k].copy_from_slice(&args[..k]);
+    let a = six(args);
     // SAFETY: the caller answers for the call.
     unsafe { libc::syscall(n, a[0], a[1], a[2], a[3], a[4], a[5]) }
+}
+
+/// A system call's six arguments: `args` (at most six) then zeros.
+fn six(args: &[c_long]) -> [c_long; 6] {
+    let mut a = [0; 6];
+    let k = args.len().min(6);
+    a[..k].copy_from_slice(&args[..k]);
+    a
 }
 
 /// Duplicates `fd` to the lowest free descriptor >= `min`, close-on-exec.
