@@ -1026,6 +1026,34 @@ struct Region {
     key: u64,
     first: u32,
     count: u32,
+    /// Its index in `Regions::ranks`, or with [`STEPS`] set in
+    /// `Regions::steps`, or [`NO_AUX`].
+    aux: u32,
+}
+
+const NO_AUX: u32 = u32::MAX;
+const STEPS: u32 = 1 << 31;
+
+/// Blocks overlapping a region from which on its lookups count starts
+/// ([`Rank`]) instead of searching: a binary search over a region of
+/// small blocks (~2,000 for 32-byte ones) takes 11 dependent loads a word.
+/// A rank costs 648 bytes, under 11 a block.
+const RANK_FROM: u32 = 64;
+/// Blocks overlapping a region from which on (up to [`RANK_FROM`], or 255
+/// when the region has no rank) its lookups start near the word
+/// ([`Steps`]): perl's exit scan was mostly binary searches over regions of
+/// 8 to 15 arenas of a few KiB. 64 bytes, under 9 a block.
+const STEPS_FROM: u32 = 8;
+/// The block starts of one 64 KiB region, a bit per 16-byte granule: the
+/// block holding a word is the last one starting at or before it, found by
+/// counting the starts up to its granule (two loads and a population count,
+/// whatever the number of blocks).
+struct Rank {
+    bits: [u64; 64],
+    /// Starts in the words of `bits` before each.
+    before: [u16; 64],
+    /// 1 when the region's first block starts in an earlier region.
+    carried: u16,
 }
 
 /// The live blocks by 64 KiB region: a pointer's block is then searched
@@ -1037,11 +1065,17 @@ struct Region {
 /// span too many regions for the table to stay small.
 struct Regions {
     slots: Vec<Region>,
+    ranks: Vec<Rank>,
+    steps: Vec<Steps>,
 }
 
 impl Regions {
     fn new(blocks: &[(u64, u64)]) -> Regions {
-        let empty = Regions { slots: Vec::new() };
+        let empty = Regions {
+            slots: Vec::new(),
+            ranks: Vec::new(),
+            steps: Vec::new(),
+        };
         // Regions overlapped, counted before anything is allocated.
         let mut touched = 0u64;
         let mut last = u64::MAX;
@@ -1062,10 +1096,13 @@ impl Regions {
                 Region {
                     key: 0,
                     first: 0,
-                    count: 0
+                    count: 0,
+                    aux: NO_AUX,
                 };
                 cap
             ],
+            ranks: Vec::new(),
+            steps: Vec::new(),
         };
         for (i, &(a, s)) in blocks.iter().enumerate() {
             for r in a >> REGION_SHIFT..=(a.saturating_add(s.max(1)) - 1) >> REGION_SHIFT {
@@ -1075,9 +1112,30 @@ impl Regions {
                         key: r + 1,
                         first: i as u32,
                         count: 0,
+                        aux: NO_AUX,
                     };
                 }
                 slot.count += 1;
+            }
+        }
+        let ranks = t.slots.iter().filter(|e| e.count >= RANK_FROM).count();
+        let steps = t.slots.iter().filter(|e| e.count >= STEPS_FROM).count() - ranks;
+        t.ranks.reserve_exact(ranks);
+        t.steps.reserve_exact(steps);
+        for k in 0..t.slots.len() {
+            let e = t.slots[k];
+            let near = &blocks[e.first as usize..][..e.count as usize];
+            let r = e.key.wrapping_sub(1);
+            if e.count >= RANK_FROM {
+                if let Some(rank) = Rank::new(r, near) {
+                    t.slots[k].aux = t.ranks.len() as u32;
+                    t.ranks.push(rank);
+                    continue;
+                }
+            }
+            if e.count >= STEPS_FROM && e.count < 256 {
+                t.slots[k].aux = STEPS | t.steps.len() as u32;
+                t.steps.push(Steps::new(r, near));
             }
         }
         t
@@ -1096,24 +1154,93 @@ impl Regions {
         &mut self.slots[i]
     }
 
-    /// `(first, count)` of region `r`; `Some((0, 0))` when no block
-    /// overlaps it, `None` when the table was not built.
+    /// Region `r`'s entry; one with no blocks when none overlaps it, `None`
+    /// when the table was not built.
     #[inline]
-    fn get(&self, r: u64) -> Option<(usize, usize)> {
+    fn get(&self, r: u64) -> Option<Region> {
         if self.slots.is_empty() {
             return None;
         }
         let mut i = self.index(r);
         loop {
             let e = self.slots[i];
-            if e.key == r + 1 {
-                return Some((e.first as usize, e.count as usize));
-            }
-            if e.key == 0 {
-                return Some((0, 0));
+            if e.key == r + 1 || e.key == 0 {
+                return Some(e);
             }
             i = (i + 1) & (self.slots.len() - 1);
         }
+    }
+}
+
+impl Rank {
+    /// The starts of `blocks`, the sorted blocks overlapping region `r`;
+    /// `None` when two could share a granule (a start not 16-aligned: never
+    /// a glibc block, but the table takes any stream).
+    fn new(r: u64, blocks: &[(u64, u64)]) -> Option<Rank> {
+        let mut rank = Rank {
+            bits: [0; 64],
+            before: [0; 64],
+            carried: 0,
+        };
+        for &(a, _) in blocks {
+            if a >> REGION_SHIFT != r {
+                // Only the first block can start before the region.
+                rank.carried = 1;
+                continue;
+            }
+            if a & 15 != 0 {
+                return None;
+            }
+            let g = (a >> 4) as usize & 4095;
+            rank.bits[g >> 6] |= 1 << (g & 63);
+        }
+        let mut n = 0u16;
+        for k in 0..64 {
+            rank.before[k] = n;
+            n += rank.bits[k].count_ones() as u16;
+        }
+        Some(rank)
+    }
+
+    /// How many of the region's blocks start at or before `w` (in it),
+    /// counting the one carried from an earlier region.
+    #[inline]
+    fn upto(&self, w: u64) -> usize {
+        let g = (w >> 4) as usize & 4095;
+        let (k, b) = (g >> 6, g & 63);
+        let mask = u64::MAX >> (63 - b);
+        usize::from(self.before[k] + self.carried) + (self.bits[k] & mask).count_ones() as usize
+    }
+}
+
+/// For each KiB of a region, its last block starting before that KiB (as
+/// an index among the region's blocks; 0 when none does): the block holding
+/// a word is that one or one starting after it in the same KiB.
+struct Steps([u8; 64]);
+
+impl Steps {
+    /// Over `blocks`, the sorted blocks (fewer than 256) overlapping region `r`.
+    fn new(r: u64, blocks: &[(u64, u64)]) -> Steps {
+        let mut steps = [0u8; 64];
+        let mut i = 0usize;
+        for (j, step) in steps.iter_mut().enumerate() {
+            let from = (r << REGION_SHIFT) + ((j as u64) << 10);
+            while i + 1 < blocks.len() && blocks[i + 1].0 < from {
+                i += 1;
+            }
+            *step = i as u8;
+        }
+        Steps(steps)
+    }
+
+    /// The last of `near` (the region's blocks) starting at or before `w`.
+    #[inline]
+    fn last_start(&self, near: &[(u64, u64)], w: u64) -> Option<usize> {
+        let mut i = usize::from(self.0[(w >> 10) as usize & 63]);
+        while i + 1 < near.len() && near[i + 1].0 <= w {
+            i += 1;
+        }
+        (near.get(i)?.0 <= w).then_some(i)
     }
 }
 
@@ -1155,6 +1282,14 @@ impl<'a> Classifier<'a> {
                 self.regions.slots.as_ptr().cast(),
                 self.regions.slots.capacity() * std::mem::size_of::<Region>(),
             ),
+            r(
+                self.regions.ranks.as_ptr().cast(),
+                self.regions.ranks.capacity() * std::mem::size_of::<Rank>(),
+            ),
+            r(
+                self.regions.steps.as_ptr().cast(),
+                self.regions.steps.capacity() * std::mem::size_of::<Steps>(),
+            ),
             r(self.work.as_ptr().cast(), self.work.capacity() * 4),
             r(self.scratch.as_ptr(), self.scratch.capacity()),
         ]
@@ -1167,13 +1302,24 @@ impl<'a> Classifier<'a> {
             return None;
         }
         // The blocks overlapping w's region (all of them when the table
-        // was not built), searched alone.
-        let (first, n) = self
-            .regions
-            .get(w >> REGION_SHIFT)
-            .unwrap_or((0, self.blocks.len()));
-        let near = &self.blocks[first..first + n];
-        let i = first + near.partition_point(|b| b.0 <= w).checked_sub(1)?;
+        // was not built), counted or searched alone.
+        let i = match self.regions.get(w >> REGION_SHIFT) {
+            Some(e) if e.aux == NO_AUX => {
+                let first = e.first as usize;
+                let near = &self.blocks[first..first + e.count as usize];
+                first + near.partition_point(|b| b.0 <= w).checked_sub(1)?
+            }
+            Some(e) if e.aux & STEPS != 0 => {
+                let first = e.first as usize;
+                let near = &self.blocks[first..first + e.count as usize];
+                first + self.regions.steps[(e.aux & !STEPS) as usize].last_start(near, w)?
+            }
+            Some(e) => {
+                let n = self.regions.ranks[e.aux as usize].upto(w);
+                e.first as usize + n.checked_sub(1)?
+            }
+            None => self.blocks.partition_point(|b| b.0 <= w).checked_sub(1)?,
+        };
         let (a, s) = self.blocks[i];
         (w - a < s || w == a).then_some(i)
     }
@@ -2025,31 +2171,48 @@ mod tests {
 
     /// The block lookup through the region table gives, for every word,
     /// what a search of the whole sorted list gives: blocks of every size
-    /// from 1 byte to 300 KiB (spanning regions), packed and scattered, a
-    /// zero-sized one, and words before, inside, at the end of, and
-    /// between blocks.
+    /// from 1 byte to 300 KiB (spanning regions), packed and scattered,
+    /// small ones packed tightly (regions counted by their [`Rank`]), some
+    /// of those starting off the 16-byte grid (no rank for their region),
+    /// a zero-sized one, and words before,
+    /// inside, at the end of, and between blocks.
     #[test]
     fn region_lookup_finds_what_the_whole_list_finds() {
         let mut next = crate::testing::xorshift(0x2545_f491_4f6c_dd1du64);
-        for round in 0..20 {
+        for round in 0..24 {
             let mut blocks = Vec::new();
             let mut at = 0x5555_0000_0000u64 + (next() % 4096) * 16;
             for _ in 0..2000 {
-                let size = match next() % 10 {
-                    0 => 64 * 1024 + next() % (240 * 1024),
-                    1 => 0,
+                let size = match (round % 4, next() % 10) {
+                    (2 | 3, _) => 8 + next() % 17,
+                    (_, 0) => 64 * 1024 + next() % (240 * 1024),
+                    (_, 1) => 0,
                     _ => 1 + next() % 600,
                 };
                 blocks.push((at, size));
-                let gap = if round % 2 == 0 {
-                    16
-                } else {
-                    next() % (200 * 1024)
+                let gap = match round % 4 {
+                    0 => 16,
+                    1 => next() % (200 * 1024),
+                    _ => 0,
                 };
                 at = (at + size.max(1) + gap + 15) & !15;
+                if round % 4 == 2 && next().is_multiple_of(50) {
+                    at += 8;
+                }
             }
             let c = Classifier::new(&blocks);
             assert!(!c.regions.slots.is_empty(), "table built");
+            let count =
+                |f: &dyn Fn(&Region) -> bool| c.regions.slots.iter().filter(|e| f(e)).count();
+            let ranked = count(&|e| e.aux != NO_AUX && e.aux & STEPS == 0);
+            let stepped = count(&|e| e.aux != NO_AUX && e.aux & STEPS != 0);
+            let dense = count(&|e| e.count >= RANK_FROM);
+            match round % 4 {
+                0 => assert!(stepped > 0, "no region with steps"),
+                3 => assert!(ranked > 0 && ranked == dense, "{ranked} of {dense} ranked"),
+                2 => assert!(dense > 0 && ranked < dense, "{ranked} of {dense} ranked"),
+                _ => {}
+            }
             let (lo, hi) = (c.lo, c.hi);
             let whole = |w: u64| -> Option<usize> {
                 if w < lo || w >= hi {
