@@ -1957,12 +1957,14 @@ static HELD_MASK: Mutex<Option<(u32, libc::sigset_t)>> = Mutex::new(None);
 /// Called by the exiting thread (inside the tracer's guard) before it asks
 /// for the scan: when it is the program's only thread, blocks its signals
 /// (delivered when [`release_exit`] restores the mask) and so lets the scan
-/// copy blocks directly. With other threads alive nothing changes.
+/// copy blocks directly. With other threads alive, or under valgrind,
+/// nothing changes.
 pub fn hold_exit() {
     let me = sys::raw_gettid();
-    // Ours and the writer's: nothing else may run.
+    // Ours and the writer's: nothing else may run. Under valgrind, valgrind
+    // itself maps and unmaps memory of the process as it runs.
     let alone = sys::thread_count().is_some_and(|n| n <= 2);
-    if !alone {
+    if !alone || sys::under_valgrind() {
         return;
     }
     // SAFETY: both sets are valid locals; changing this thread's own mask
