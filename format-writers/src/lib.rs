@@ -63,6 +63,32 @@ pub trait TraceWriter: Send {
         let _ = f;
         Ok(false)
     }
+    /// Whether [`TraceWriter::finish_before_classes`] can finish this writer.
+    fn finishes_before_classes(&self) -> bool {
+        false
+    }
+    /// Finishes the file now, keeping room for one leak scan, after every
+    /// event written, at `time_ns`, over the blocks at `blocks` (in the order
+    /// their classes will come): the same bytes as `LeakScan` and a
+    /// `BlockClass` per block written before `finish`, once the returned
+    /// [`ClassesLater`] has written the classes; until then the file is not
+    /// valid. For the preload's exit, which writes the file while the scan
+    /// runs. Only when [`TraceWriter::finishes_before_classes`].
+    fn finish_before_classes(
+        self: Box<Self>,
+        time_ns: u64,
+        blocks: Vec<u64>,
+    ) -> std::io::Result<Box<dyn ClassesLater>> {
+        let _ = (time_ns, blocks);
+        Err(std::io::ErrorKind::Unsupported.into())
+    }
+}
+
+/// The classes of a leak scan a finished file keeps room for
+/// ([`TraceWriter::finish_before_classes`]).
+pub trait ClassesLater: Send {
+    /// Writes one kind per block named, in that order; the file is complete.
+    fn write(self: Box<Self>, kinds: &[LeakKind]) -> std::io::Result<()>;
 }
 
 /// A streaming reader of any format.

@@ -188,6 +188,106 @@ fn mlyze_spool_logs_the_scan_after_the_events_before_it() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A spooled file written with the records of `before`, then finished
+/// with room for a scan at `time_ns` of `blocks` (the classes not given).
+fn finished_before_classes(
+    dir: &std::path::Path,
+    before: &[Record],
+    time_ns: u64,
+    blocks: &[u64],
+) -> (PathBuf, PathBuf, Box<dyn ClassesLater>) {
+    let (mut w, path) = mlyze::Writer::create(&dir.join("t")).unwrap();
+    let spool = w.spool_path().unwrap().to_path_buf();
+    for r in before {
+        w.write(r).unwrap();
+    }
+    let w: Box<dyn TraceWriter> = Box::new(w);
+    assert!(w.finishes_before_classes());
+    let later = w.finish_before_classes(time_ns, blocks.to_vec()).unwrap();
+    (path, spool, later)
+}
+
+#[test]
+fn mlyze_classes_written_after_the_file_give_the_same_bytes() {
+    // The scan after every event, over three blocks (the third one freed
+    // before: a scan classifies what it is given).
+    let events = vec![
+        Record::Stack(Stack {
+            id: 0,
+            frames: vec![],
+        }),
+        alloc(1_000, 0x1000, 16),
+        alloc(2_000, 0x2000, 24),
+        alloc(3_000, 0xff_ffff_fff0, 8),
+    ];
+    let kinds = [LeakKind::Possible, LeakKind::Reachable, LeakKind::Definite];
+    let blocks = [0x1000u64, 0x2000, 0xff_ffff_fff0];
+    // The same scan given as records: the bytes to get.
+    let mut whole = events.clone();
+    whole.push(Record::LeakScan {
+        time_ns: 1_700_000_000_123_456_789,
+    });
+    for (a, k) in blocks.iter().zip(kinds) {
+        whole.push(class(*a, k));
+    }
+    let dir = scratch_dir("later");
+    let (path, spool, later) =
+        finished_before_classes(&dir, &events, 1_700_000_000_123_456_789, &blocks);
+    // Until the classes are in, the file is refused (the kinds are not
+    // kinds) and the spool is kept.
+    let pending = std::fs::read(&path).unwrap();
+    assert_eq!(pending.len(), mlyze_bytes(&whole).len());
+    let e = first_error(&pending);
+    assert_eq!(e.offset(), 256);
+    assert!(e.to_string().contains("leak kind 0..=3"), "{e}");
+    assert!(spool.exists());
+    later.write(&kinds).unwrap();
+    assert_eq!(std::fs::read(&path).unwrap(), mlyze_bytes(&whole));
+    assert_eq!(read(File::open(&path).unwrap()), whole);
+    assert!(!spool.exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn mlyze_classes_written_later_follow_an_earlier_scan() {
+    // A scan given as records, then one finished before its classes: the
+    // second entry of `leak_scans`, after a comma.
+    let before = scanned_trace();
+    let mut whole = before.clone();
+    whole.push(Record::LeakScan { time_ns: 7_000_000 });
+    whole.push(class(0x3000, LeakKind::Indirect));
+    let dir = scratch_dir("second");
+    let (path, _, later) = finished_before_classes(&dir, &before, 7_000_000, &[0x3000]);
+    later.write(&[LeakKind::Indirect]).unwrap();
+    assert_eq!(std::fs::read(&path).unwrap(), mlyze_bytes(&whole));
+    assert_eq!(read(File::open(&path).unwrap()), whole);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn mlyze_classes_written_later_must_match_the_blocks() {
+    let dir = scratch_dir("count");
+    let (path, spool, later) = finished_before_classes(&dir, &scanned_trace(), 9, &[0x10, 0x20]);
+    let e = later.write(&[LeakKind::Definite]).unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput);
+    assert!(first_error(&std::fs::read(&path).unwrap())
+        .to_string()
+        .contains("leak kind 0..=3"));
+    assert!(spool.exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn mlyze_in_memory_cannot_finish_before_classes() {
+    let w: Box<dyn TraceWriter> = Box::new(mlyze::Writer::new(Vec::new()));
+    assert!(!w.finishes_before_classes());
+    let e = w
+        .finish_before_classes(1, vec![16])
+        .err()
+        .expect("an error");
+    assert_eq!(e.kind(), std::io::ErrorKind::Unsupported);
+}
+
 fn mlyze_with_metadata(meta: &str) -> Vec<u8> {
     let mut file = vec![0u8; 256];
     file[0..4].copy_from_slice(b"MTRC");

@@ -21,13 +21,13 @@ use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use super::spool::{self, entry};
-use super::{header, ALLOC, FREE, GC, MARKER, SLOTS};
+use super::{header, ALLOC, FREE, GC, HEADER_LEN, MARKER, SLOTS};
 use crate::bytes::put_varint;
 use crate::fasthash::FastMap;
 use crate::model::{
     Event, Frame, LeakKind, Object, Process, Record, StackId, Symbol, Thread, ThreadId,
 };
-use crate::{output, TraceWriter};
+use crate::{output, ClassesLater, TraceWriter};
 
 /// Function name of the entry unresolved frames point at.
 pub(super) const UNRESOLVED_NAME: &str = "??";
@@ -225,6 +225,9 @@ pub(super) struct Tables {
     pub dropped_syscalls: u64,
     /// Reachability scans (`Record::LeakScan` and the `BlockClass`es after it).
     pub leak_scans: Vec<LeakScan>,
+    /// A scan whose classes come after the file is written
+    /// ([`Writer::finish_before_classes`]): the last of `leak_scans`.
+    awaited: Option<AwaitedScan>,
     /// Spool entries not yet written (only when spooling).
     pub log: Option<Vec<u8>>,
     /// Function and file ids assigned while spooling (not in `functions`, `files`).
@@ -586,24 +589,115 @@ impl Tables {
         }
         write!(j, "],\"dropped_syscalls\":{}", self.dropped_syscalls)?;
         // Only written when a scan exists, so traces without one keep their bytes.
-        if !self.leak_scans.is_empty() {
+        if !self.leak_scans.is_empty() || self.awaited.is_some() {
             j.write_all(b",\"leak_scans\":[")?;
+            let mut entry = Vec::new();
             for (k, scan) in self.leak_scans.iter().enumerate() {
-                sep(j, k)?;
-                write!(
-                    j,
-                    "{{\"event_seq\":{},\"time_ns\":{},\"blocks\":[",
-                    scan.event_seq, scan.time_ns
-                )?;
-                for (n, (addr, kind)) in scan.blocks.iter().enumerate() {
-                    sep(j, n)?;
-                    write!(j, "[{addr},{}]", kind.code())?;
-                }
-                j.write_all(b"]}")?;
+                entry.clear();
+                scan_entry(&mut entry, k == 0, scan.event_seq, scan.time_ns, |n| {
+                    scan.blocks.get(n).map(|&(a, kind)| (a, b'0' + kind.code()))
+                });
+                j.write_all(&entry)?;
+            }
+            if let Some(a) = &self.awaited {
+                j.write_all(&a.entry(self.leak_scans.is_empty(), |_| AWAITED_KIND))?;
             }
             j.write_all(b"]")?;
         }
         j.write_all(b"}}")
+    }
+}
+
+/// The kind digit of a block whose class is awaited: not a kind, so a file
+/// left without its classes (the process killed meanwhile) is refused, not
+/// read with made-up ones.
+const AWAITED_KIND: u8 = b'9';
+
+/// One entry of `leak_scans` appended to `out` (after a comma unless
+/// `first`): `block(n)` gives the address and kind digit of block `n`, `None`
+/// after the last.
+fn scan_entry(
+    out: &mut Vec<u8>,
+    first: bool,
+    event_seq: u64,
+    time_ns: u64,
+    block: impl Fn(usize) -> Option<(u64, u8)>,
+) {
+    if !first {
+        out.push(b',');
+    }
+    let mut d = Digits::new();
+    out.extend_from_slice(b"{\"event_seq\":");
+    out.extend_from_slice(d.of(event_seq));
+    out.extend_from_slice(b",\"time_ns\":");
+    out.extend_from_slice(d.of(time_ns));
+    out.extend_from_slice(b",\"blocks\":[");
+    let mut n = 0;
+    while let Some((addr, kind)) = block(n) {
+        if n > 0 {
+            out.push(b',');
+        }
+        out.push(b'[');
+        out.extend_from_slice(d.of(addr));
+        out.push(b',');
+        out.push(kind);
+        out.push(b']');
+        n += 1;
+    }
+    out.extend_from_slice(b"]}");
+}
+
+/// A leak scan the file keeps room for: where it sits in the stream, and
+/// its blocks' addresses in the order their classes come.
+struct AwaitedScan {
+    event_seq: u64,
+    time_ns: u64,
+    blocks: Vec<u64>,
+}
+
+impl AwaitedScan {
+    /// Its `leak_scans` entry, each block's kind digit from `kind(n)`.
+    fn entry(&self, first: bool, kind: impl Fn(usize) -> u8) -> Vec<u8> {
+        let mut out = Vec::with_capacity(64 + self.blocks.len() * 18);
+        scan_entry(&mut out, first, self.event_seq, self.time_ns, |n| {
+            self.blocks.get(n).map(|&a| (a, kind(n)))
+        });
+        out
+    }
+}
+
+/// Room kept in a finished file for a scan's classes
+/// ([`Writer::finish_before_classes`]).
+struct ClassesRoom {
+    scan: AwaitedScan,
+    /// Whether the scan is the first of `leak_scans` (no comma before it).
+    first: bool,
+    /// File offset of the entry.
+    at: u64,
+    patcher: HeaderPatcher,
+    /// The spool, kept until the classes are in (a run killed meanwhile can
+    /// still be recovered from it).
+    spool_path: Option<PathBuf>,
+}
+
+impl ClassesLater for ClassesRoom {
+    fn write(mut self: Box<Self>, kinds: &[LeakKind]) -> io::Result<()> {
+        if kinds.len() != self.scan.blocks.len() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "mlyze: {} classes for the {} blocks of the scan",
+                    kinds.len(),
+                    self.scan.blocks.len()
+                ),
+            ));
+        }
+        let entry = self.scan.entry(self.first, |n| b'0' + kinds[n].code());
+        (self.patcher)(self.at, &entry)?;
+        if let Some(path) = &self.spool_path {
+            std::fs::remove_file(path)?;
+        }
+        Ok(())
     }
 }
 
@@ -1138,8 +1232,23 @@ impl<W: Write> Writer<W> {
         Ok((!order.out_of_order).then_some(pending))
     }
 
-    fn finish_inner(mut self) -> io::Result<()> {
+    fn finish_inner(self) -> io::Result<()> {
+        self.finish_awaiting(None).map(|_| ())
+    }
+
+    /// Writes the file; with `awaited`, keeps room for that scan (placed
+    /// after every event) and returns it, the spool left in place.
+    fn finish_awaiting(
+        mut self,
+        awaited: Option<(u64, Vec<u64>)>,
+    ) -> io::Result<Option<ClassesRoom>> {
         let in_log = self.replay_spool()?;
+        let awaiting = awaited.is_some();
+        self.t.awaited = awaited.map(|(time_ns, blocks)| AwaitedScan {
+            event_seq: self.seq,
+            time_ns,
+            blocks,
+        });
         let Writer {
             out,
             t,
@@ -1187,13 +1296,41 @@ impl<W: Write> Writer<W> {
         if let (Some(len), Some(p)) = (patch_len, patcher.as_mut()) {
             p(super::METADATA_LEN_AT as u64, &len.to_le_bytes())?;
         }
+        let room = match (
+            awaiting,
+            patch_len,
+            self.t.awaited.take(),
+            self.patcher.take(),
+        ) {
+            (false, ..) => None,
+            (true, Some(len), Some(scan), Some(patcher)) => {
+                let first = self.t.leak_scans.is_empty();
+                // The entry is followed by the list's `]` and the two `}`.
+                let entry = scan.entry(first, |_| AWAITED_KIND).len() as u64;
+                let at = HEADER_LEN as u64 + u64::from(len) - 3 - entry;
+                let spool_path = self.spool.take().and_then(|sp| sp.path);
+                return Ok(Some(ClassesRoom {
+                    scan,
+                    first,
+                    at,
+                    patcher,
+                    spool_path,
+                }));
+            }
+            _ => {
+                return Err(io::Error::new(
+                    io::ErrorKind::Unsupported,
+                    "mlyze: room for classes needs a header patcher",
+                ))
+            }
+        };
         if let Some(sp) = self.spool.take() {
             drop(sp.file);
             if let Some(path) = &sp.path {
                 std::fs::remove_file(path)?;
             }
         }
-        Ok(())
+        Ok(room)
     }
 }
 
@@ -1405,6 +1542,24 @@ impl<W: Write + Send> TraceWriter for Writer<W> {
 
     fn replays_allocations(&self) -> bool {
         true
+    }
+
+    fn finishes_before_classes(&self) -> bool {
+        self.patcher.is_some() && self.spool.is_some()
+    }
+
+    fn finish_before_classes(
+        self: Box<Self>,
+        time_ns: u64,
+        blocks: Vec<u64>,
+    ) -> io::Result<Box<dyn ClassesLater>> {
+        if !self.finishes_before_classes() {
+            return Err(io::ErrorKind::Unsupported.into());
+        }
+        match (*self).finish_awaiting(Some((time_ns, blocks)))? {
+            Some(room) => Ok(Box::new(room)),
+            None => Err(io::ErrorKind::Unsupported.into()),
+        }
     }
 
     fn replay_allocations(&mut self, f: &mut dyn FnMut(u64, u64)) -> io::Result<bool> {
