@@ -779,6 +779,95 @@ fn spawn_writer(job: Box<Job>) -> Result<libc::pthread_t, i32> {
     }
 }
 
+/// What a thread of [`alongside`] is given and gives back.
+struct AlongsideSlot<'a, T> {
+    job: Option<Box<dyn FnOnce() -> T + Send + 'a>>,
+    out: Option<T>,
+}
+
+/// Bytes of an [`alongside`] thread's stack (glibc puts its thread control
+/// block and static TLS at the top).
+const ALONGSIDE_STACK: usize = 2 << 20;
+
+/// Runs `job` on a new thread while `main` runs on this one, and returns
+/// both results once both are done (one after the other when no thread
+/// could be made). The thread is the tracer's own (guard entered, every
+/// signal blocked) and its stack a mapping made here, not one of glibc's
+/// cached stacks of finished threads: those belong to the program's exit
+/// scan (their thread blocks and TLS are roots). `job` may borrow from the
+/// caller: the thread is joined before this returns (the library aborts
+/// rather than unwinds, so `main` cannot leave early).
+pub fn alongside<'a, T: Send, R>(
+    job: Box<dyn FnOnce() -> T + Send + 'a>,
+    main: impl FnOnce() -> R,
+) -> (T, R) {
+    extern "C" fn start<T>(arg: *mut libc::c_void) -> *mut libc::c_void {
+        tls::enter_forever();
+        // SAFETY: `arg` is the slot `alongside` made for this thread, which
+        // it reads again only after joining it.
+        let slot = unsafe { &mut *arg.cast::<AlongsideSlot<'_, T>>() };
+        if let Some(job) = slot.job.take() {
+            slot.out = Some(job());
+        }
+        arg
+    }
+    let mut slot = AlongsideSlot {
+        job: Some(job),
+        out: None,
+    };
+    let arg: *mut AlongsideSlot<'_, T> = &mut slot;
+    // SAFETY: an anonymous private mapping of our own, unmapped only after
+    // the thread is joined (or at once when it could not be made); the
+    // attribute is initialised before use and destroyed after; the slot
+    // lives on this frame until the join below; signal sets are locals.
+    let thread = unsafe {
+        let stack = libc::mmap(
+            core::ptr::null_mut(),
+            ALONGSIDE_STACK,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_STACK,
+            -1,
+            0,
+        );
+        if stack == libc::MAP_FAILED {
+            None
+        } else {
+            let mut attr: libc::pthread_attr_t = core::mem::zeroed();
+            libc::pthread_attr_init(&mut attr);
+            libc::pthread_attr_setstack(&mut attr, stack, ALONGSIDE_STACK);
+            let mut all: libc::sigset_t = core::mem::zeroed();
+            let mut old: libc::sigset_t = core::mem::zeroed();
+            libc::sigfillset(&mut all);
+            libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+            let mut t: libc::pthread_t = 0;
+            let rc = libc::pthread_create(&mut t, &attr, start::<T>, arg.cast());
+            libc::pthread_sigmask(libc::SIG_SETMASK, &old, core::ptr::null_mut());
+            libc::pthread_attr_destroy(&mut attr);
+            if rc == 0 {
+                libc::pthread_setname_np(t, c"libtracer-exit".as_ptr());
+                Some((t, stack))
+            } else {
+                libc::munmap(stack, ALONGSIDE_STACK);
+                None
+            }
+        }
+    };
+    let r = main();
+    if let Some((t, stack)) = thread {
+        // SAFETY: joined once; the stack is unused after that.
+        unsafe {
+            libc::pthread_join(t, core::ptr::null_mut());
+            libc::munmap(stack, ALONGSIDE_STACK);
+        }
+    } else if let Some(job) = slot.job.take() {
+        slot.out = Some(job());
+    }
+    match slot.out.take() {
+        Some(out) => (out, r),
+        None => unreachable!("the job ran, on its thread or here"),
+    }
+}
+
 /// Waits for the writer thread to end and takes back its receiver.
 fn join_writer() -> Option<Receiver<Msg>> {
     if !WRITER_RUNNING.swap(false, Ordering::AcqRel) {

@@ -1954,6 +1954,13 @@ const DONE: u8 = 3;
 /// The holding thread and the signal mask it had.
 static HELD_MASK: Mutex<Option<(u32, libc::sigset_t)>> = Mutex::new(None);
 
+/// Whether the exiting thread is the program's only one and holds its
+/// signals for the scan ([`hold_exit`]): nothing of the program runs until
+/// the scan is over.
+pub fn held() -> bool {
+    HOLD.load(Ordering::Acquire) == HELD
+}
+
 /// Called by the exiting thread (inside the tracer's guard) before it asks
 /// for the scan: when it is the program's only thread, blocks its signals
 /// (delivered when [`release_exit`] restores the mask) and so lets the scan
@@ -2037,6 +2044,24 @@ fn own_maps() -> String {
 /// Classifies every live block; returns them sorted by address. Runs on the
 /// writer thread, which must be marked as the tracer's own.
 pub fn run(live: &mut Live, at: &ExitPoint) -> (Vec<(u64, LeakKind)>, Stats) {
+    run_with(live, at, &mut |_, mark| mark())
+}
+
+/// What [`run_with`] calls once the roots are planned: the blocks, and the
+/// marking to run.
+pub type Around<'a> = dyn FnMut(&[(u64, u64)], &mut dyn FnMut()) + 'a;
+
+/// [`run`], calling `around` with the blocks (sorted, with their sizes)
+/// once the roots are planned, and with the marking to run (if `around`
+/// does not run it, it runs after): a thread started then is in neither the
+/// mappings nor the threads the scan looked at, so its stack is no root (it
+/// must not unmap memory it did not map itself, nor free blocks of the
+/// program). Not called when no block is live.
+pub fn run_with(
+    live: &mut Live,
+    at: &ExitPoint,
+    around: &mut Around<'_>,
+) -> (Vec<(u64, LeakKind)>, Stats) {
     let begun = sys::now_ns();
     let maps = parse_maps(&own_maps());
     let readable: Vec<(u64, u64)> = maps
@@ -2115,8 +2140,17 @@ pub fn run(live: &mut Live, at: &ExitPoint) -> (Vec<(u64, LeakKind)>, Stats) {
             .map(|m| (m.start, m.end))
             .collect(),
     );
-    classifier.mark_roots(&mut mem, &regions, &at.regs);
-    let kinds = classifier.finish(&mut mem);
+    let mut kinds = None;
+    let mut classifier = Some(classifier);
+    let mut mark = || {
+        if let Some(mut c) = classifier.take() {
+            c.mark_roots(&mut mem, &regions, &at.regs);
+            kinds = Some(c.finish(&mut mem));
+        }
+    };
+    around(&blocks, &mut mark);
+    mark();
+    let kinds = kinds.unwrap_or_default();
     if fast {
         mem.fast.clear();
         drop(snapshot);

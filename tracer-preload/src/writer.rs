@@ -176,6 +176,12 @@ const SLACK_NS: u64 = 20_000;
 
 const FLUSH_EVERY: Duration = Duration::from_millis(100);
 
+/// Bytes of live blocks from which on the exit writes the file while the
+/// scan reads them ([`State::finish_alongside_scan`]): python3's 20 blocks
+/// at exit are scanned in ~1 ms, and its file is written ~2 ms slower from
+/// another thread; git's 21 MB take ~17 ms.
+const ALONGSIDE_FROM: u64 = 1 << 20;
+
 /// After finding nothing to take, the writer first naps `NAP_US` at a time,
 /// `NAPS` times, without telling the producers it sleeps, and only then
 /// sleeps until woken. A busy thread fills half its lane (2,048 messages)
@@ -341,6 +347,11 @@ pub fn run(
     }
     let drained = sys::now_ns();
     if let Some(at) = scan::take_request().filter(|_| !crate::alloc::exhausted()) {
+        if st.files_alongside_scan() {
+            st.finish_alongside_scan(&at, ctl, drained);
+            ctl.done.store(true, Ordering::SeqCst);
+            return rx;
+        }
         st.leak_scan(&at, ctl);
         // What other threads did meanwhile follows the scan's records.
         st.drain_in_order(&rx, usize::MAX);
@@ -952,41 +963,30 @@ impl State {
     /// Emits an `AddressSymbol` for every address of `addrs` that `objects`
     /// can name, per `TRACER_SYMBOLIZE` (the files are read, not our memory).
     fn symbolize(&mut self, objects: &[Object], addrs: &mut [u64], ctl: Option<&Control>) {
-        let separate = match self.symbolize {
-            Symbolize::None => return,
-            Symbolize::Exit => false,
-            Symbolize::Full => true,
-        };
-        addrs.sort_unstable();
-        // Only these addresses are asked: names of other functions are not
-        // read (memory added to the program's at its end).
-        let mut names =
-            symbolizer::Symbolizer::new(objects, &self.executable, symbolizer::Options::default())
-                .only(addrs);
-        if !separate {
-            names = names.without_separate_debug();
-        }
-        for &a in addrs.iter() {
-            if let Some(c) = ctl {
-                c.progress.fetch_add(1, Ordering::Relaxed);
-            }
-            // Every frame is a return address: the call's line is wanted.
-            let r = names.symbolize_once(a, true);
-            // The innermost (possibly inlined) function names the frame.
-            let Some(f) = r.frames.iter().find(|f| f.function.is_some()) else {
-                continue;
-            };
-            let symbol = Symbol {
-                function: f.function.clone().unwrap_or_default(),
-                file: f.file.clone().unwrap_or_default(),
-                line: f.line.unwrap_or(0),
-            };
-            self.emit(&Record::AddressSymbol { address: a, symbol });
-        }
+        let progress = ctl.map(|c| &c.progress);
+        let (mode, executable) = (self.symbolize, self.executable.clone());
+        address_symbols(mode, &executable, objects, addrs, progress, &mut |r| {
+            self.emit(&r);
+            !self.failed
+        });
     }
 
     /// Classifies the blocks live now (see `scan`) and writes the classes.
     fn leak_scan(&mut self, at: &scan::ExitPoint, ctl: &Control) {
+        let replay_us = self.replay_sizes(ctl);
+        let (classes, stats) = scan::run(&mut self.live, at);
+        ctl.progress.fetch_add(1, Ordering::Relaxed);
+        self.scan_stats(&stats, replay_us);
+        let time_ns = self.time(sys::now_ns());
+        self.emit(&Record::LeakScan { time_ns });
+        for (address, kind) in classes {
+            self.emit(&Record::BlockClass { address, kind });
+        }
+    }
+
+    /// The sizes of the blocks live now, read back from the trace when the
+    /// live table kept starts alone; returns the microseconds it took.
+    fn replay_sizes(&mut self, ctl: &Control) -> u64 {
         ctl.progress.fetch_add(1, Ordering::Relaxed);
         let replay_start = sys::now_ns();
         if self.live.replayed_sizes() {
@@ -1000,9 +1000,11 @@ impl State {
             });
             ctl.progress.fetch_add(1, Ordering::Relaxed);
         }
-        let replay_us = sys::now_ns().saturating_sub(replay_start) / 1000;
-        let (classes, stats) = scan::run(&mut self.live, at);
-        ctl.progress.fetch_add(1, Ordering::Relaxed);
+        sys::now_ns().saturating_sub(replay_start) / 1000
+    }
+
+    /// Private, for measurements: what the exit scan did.
+    fn scan_stats(&self, stats: &scan::Stats, replay_us: u64) {
         if std::env::var_os("TRACER_SCAN_STATS").is_some() {
             sys::stderr_line(&format!(
                 "leak scan: {} blocks, {} sizes replayed in {} us, {} root bytes, {} us, blocks {}",
@@ -1018,16 +1020,136 @@ impl State {
                 }
             ));
         }
+    }
+
+    /// Whether the files can be written while the exit scan runs
+    /// ([`State::finish_alongside_scan`]): the exiting thread is the
+    /// program's last and waits with its signals held (so no event can come
+    /// after the scan), and the one output is a trace that can be finished
+    /// before the scan's classes are known.
+    fn files_alongside_scan(&self) -> bool {
+        scan::held()
+            && !self.failed
+            && self.pending.is_empty()
+            && self.held.is_none()
+            && matches!(&self.outputs[..], [o] if !o.syscalls && o.writer.finishes_before_classes())
+    }
+
+    /// The exit with the scan and the files at once: the sizes of the live
+    /// blocks, the system calls and the objects as [`State::finish`] has
+    /// them, then the scan; once it has planned its roots, a thread of its
+    /// own names the stacks' addresses and finishes the file with room for
+    /// the classes (`TraceWriter::finish_before_classes`) while this one
+    /// marks, and the classes are written last. The file is the same as the
+    /// one [`State::leak_scan`] and [`State::finish`] write one after the
+    /// other.
+    fn finish_alongside_scan(&mut self, at: &scan::ExitPoint, ctl: &Control, drained: u64) {
+        let replay_us = self.replay_sizes(ctl);
+        self.drain_syscalls();
+        self.stack_stats();
+        let fresh = self.objects.rescan();
+        self.emit_objects(fresh);
+        let objects = self.objects.objects();
+        let addrs: Vec<u64> = std::mem::take(&mut self.addresses).into_iter().collect();
+        let naming = addrs.len();
+        // Out of memory: the debug information of every object would not
+        // fit; the addresses stay, with the objects to resolve them later.
+        let mode = if crate::alloc::exhausted() {
+            Symbolize::None
+        } else {
+            self.symbolize
+        };
+        let executable = self.executable.clone();
         let time_ns = self.time(sys::now_ns());
-        self.emit(&Record::LeakScan { time_ns });
-        for (address, kind) in classes {
-            self.emit(&Record::BlockClass { address, kind });
+        let Some(Output {
+            path,
+            slots,
+            writer,
+            ..
+        }) = self.outputs.pop()
+        else {
+            return;
+        };
+        let progress = &ctl.progress;
+        // Names, then the file with room for the scan's blocks `at`; how long
+        // both took.
+        let files = move |mut w: Box<dyn TraceWriter>, blocks: Vec<u64>| {
+            let mut addrs = addrs;
+            let t0 = sys::now_ns();
+            let mut failed = None;
+            address_symbols(
+                mode,
+                &executable,
+                &objects,
+                &mut addrs,
+                Some(progress),
+                &mut |r| {
+                    failed = w.write(&r).err();
+                    failed.is_none()
+                },
+            );
+            let r = match failed {
+                Some(e) => Err(e),
+                None => w.finish_before_classes(time_ns, blocks),
+            };
+            (r, sys::now_ns().saturating_sub(t0) / 1000)
+        };
+        let mut files = Some(files);
+        let mut writer = Some(writer);
+        let mut done = None;
+        let mut alongside = false;
+        let (classes, stats) = scan::run_with(&mut self.live, at, &mut |blocks, mark| {
+            let (Some(f), Some(w)) = (files.take(), writer.take()) else {
+                return;
+            };
+            let addrs: Vec<u64> = blocks.iter().map(|b| b.0).collect();
+            // A scan of little memory is over before a thread could start.
+            if blocks.iter().map(|b| b.1).sum::<u64>() < ALONGSIDE_FROM {
+                mark();
+                done = Some(f(w, addrs));
+                return;
+            }
+            alongside = true;
+            done = Some(crate::lifecycle::alongside(Box::new(move || f(w, addrs)), mark).0);
+        });
+        let scanned = sys::now_ns();
+        ctl.progress.fetch_add(1, Ordering::Relaxed);
+        self.scan_stats(&stats, replay_us);
+        // No block live: no roots were planned, and the file is written now.
+        let (later, files_us) = match (done, files.take(), writer.take()) {
+            (Some(d), ..) => d,
+            (None, Some(f), Some(w)) => f(w, Vec::new()),
+            _ => unreachable!("the file is written once"),
+        };
+        let kinds: Vec<format_writers::LeakKind> = classes.iter().map(|c| c.1).collect();
+        let ok = later.and_then(|l| l.write(&kinds)).is_ok();
+        for &slot in &slots {
+            fds::release(slot);
+        }
+        if ok {
+            if let Ok(mut w) = ctl.written.lock() {
+                w.push(path.display().to_string());
+            }
+        } else {
+            crate::sys::stderr_line(&format!("cannot finish {}", path.display()));
+        }
+        if std::env::var_os("TRACER_STACK_STATS").is_some() {
+            let us = |a: u64, b: u64| b.saturating_sub(a) / 1000;
+            let inline = if alongside { 0 } else { files_us };
+            sys::stderr_line(&format!(
+                "exit: {} us in all: scan {} us, {} addresses named and files written in {} us {}, then {} us",
+                us(drained, sys::now_ns()),
+                us(drained, scanned).saturating_sub(inline),
+                naming,
+                files_us,
+                if alongside { "alongside the scan" } else { "after it" },
+                us(scanned, sys::now_ns())
+            ));
         }
     }
 
-    /// `drained`: when the last message was taken (the exit's statistics).
-    fn finish(&mut self, ctl: &Control, drained: u64) {
-        // Private, like TRACER_SCAN_STATS: what the hand-off of stacks cost.
+    /// Private, like TRACER_SCAN_STATS: what the hand-off of stacks cost.
+    fn stack_stats(&self) {
         if std::env::var_os("TRACER_STACK_STATS").is_some() {
             sys::stderr_line(&format!(
                 "stacks: {} messages, {} distinct",
@@ -1049,7 +1171,11 @@ impl State {
                 crate::cfi::table_slots()
             ));
         }
-        let begun = sys::now_ns();
+    }
+
+    /// The objects loaded now, and the names of every stack address (as
+    /// `TRACER_SYMBOLIZE` asks); returns how many addresses were asked.
+    fn name_addresses(&mut self, ctl: &Control) -> usize {
         let fresh = self.objects.rescan();
         self.emit_objects(fresh);
         let mut addrs: Vec<u64> = std::mem::take(&mut self.addresses).into_iter().collect();
@@ -1059,6 +1185,14 @@ impl State {
         if !crate::alloc::exhausted() {
             self.symbolize(&objects, &mut addrs, Some(ctl));
         }
+        addrs.len()
+    }
+
+    /// `drained`: when the last message was taken (the exit's statistics).
+    fn finish(&mut self, ctl: &Control, drained: u64) {
+        self.stack_stats();
+        let begun = sys::now_ns();
+        let addresses = self.name_addresses(ctl);
         let symbolized = sys::now_ns();
         let outputs = std::mem::take(&mut self.outputs);
         for out in outputs {
@@ -1079,10 +1213,56 @@ impl State {
             sys::stderr_line(&format!(
                 "exit: scan {} us, symbols of {} addresses {} us, files {} us",
                 us(drained, begun),
-                addrs.len(),
+                addresses,
                 us(begun, symbolized),
                 us(symbolized, sys::now_ns())
             ));
+        }
+    }
+}
+
+/// Gives `each` an `AddressSymbol` for every address of `addrs` that
+/// `objects` can name, per `TRACER_SYMBOLIZE` (the files are read, not our
+/// memory), until it returns false; `progress` counts the addresses asked.
+fn address_symbols(
+    mode: Symbolize,
+    executable: &str,
+    objects: &[Object],
+    addrs: &mut [u64],
+    progress: Option<&AtomicU64>,
+    each: &mut dyn FnMut(Record) -> bool,
+) {
+    let separate = match mode {
+        Symbolize::None => return,
+        Symbolize::Exit => false,
+        Symbolize::Full => true,
+    };
+    addrs.sort_unstable();
+    // Only these addresses are asked: names of other functions are not
+    // read (memory added to the program's at its end).
+    let mut names =
+        symbolizer::Symbolizer::new(objects, executable, symbolizer::Options::default())
+            .only(addrs);
+    if !separate {
+        names = names.without_separate_debug();
+    }
+    for &a in addrs.iter() {
+        if let Some(p) = progress {
+            p.fetch_add(1, Ordering::Relaxed);
+        }
+        // Every frame is a return address: the call's line is wanted.
+        let r = names.symbolize_once(a, true);
+        // The innermost (possibly inlined) function names the frame.
+        let Some(f) = r.frames.iter().find(|f| f.function.is_some()) else {
+            continue;
+        };
+        let symbol = Symbol {
+            function: f.function.clone().unwrap_or_default(),
+            file: f.file.clone().unwrap_or_default(),
+            line: f.line.unwrap_or(0),
+        };
+        if !each(Record::AddressSymbol { address: a, symbol }) {
+            return;
         }
     }
 }
