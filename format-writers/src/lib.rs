@@ -71,9 +71,10 @@ pub trait TraceWriter: Send {
     /// event written, at `time_ns`, over the blocks at `blocks` (in the order
     /// their classes will come): the same bytes as `LeakScan` and a
     /// `BlockClass` per block written before `finish`, once the returned
-    /// [`ClassesLater`] has written the classes; until then the file is not
-    /// valid. For the preload's exit, which writes the file while the scan
-    /// runs. Only when [`TraceWriter::finishes_before_classes`].
+    /// [`ClassesLater`] has written the classes; until then the room is
+    /// blank and the file reads as a trace without that scan. For the
+    /// preload's exit, which writes the file while the scan runs. Only when
+    /// [`TraceWriter::finishes_before_classes`].
     fn finish_before_classes(
         self: Box<Self>,
         time_ns: u64,

@@ -600,18 +600,15 @@ impl Tables {
                 j.write_all(&entry)?;
             }
             if let Some(a) = &self.awaited {
-                j.write_all(&a.entry(self.leak_scans.is_empty(), |_| AWAITED_KIND))?;
+                // Blank until the classes come: a list without this scan.
+                let room = a.entry(self.leak_scans.is_empty(), |_| b'0').len();
+                j.write_all(&vec![b' '; room])?;
             }
             j.write_all(b"]")?;
         }
         j.write_all(b"}}")
     }
 }
-
-/// The kind digit of a block whose class is awaited: not a kind, so a file
-/// left without its classes (the process killed meanwhile) is refused, not
-/// read with made-up ones.
-const AWAITED_KIND: u8 = b'9';
 
 /// One entry of `leak_scans` appended to `out` (after a comma unless
 /// `first`): `block(n)` gives the address and kind digit of block `n`, `None`
@@ -675,9 +672,6 @@ struct ClassesRoom {
     /// File offset of the entry.
     at: u64,
     patcher: HeaderPatcher,
-    /// The spool, kept until the classes are in (a run killed meanwhile can
-    /// still be recovered from it).
-    spool_path: Option<PathBuf>,
 }
 
 impl ClassesLater for ClassesRoom {
@@ -693,11 +687,7 @@ impl ClassesLater for ClassesRoom {
             ));
         }
         let entry = self.scan.entry(self.first, |n| b'0' + kinds[n].code());
-        (self.patcher)(self.at, &entry)?;
-        if let Some(path) = &self.spool_path {
-            std::fs::remove_file(path)?;
-        }
-        Ok(())
+        (self.patcher)(self.at, &entry)
     }
 }
 
@@ -1237,7 +1227,7 @@ impl<W: Write> Writer<W> {
     }
 
     /// Writes the file; with `awaited`, keeps room for that scan (placed
-    /// after every event) and returns it, the spool left in place.
+    /// after every event, blank meanwhile) and returns it.
     fn finish_awaiting(
         mut self,
         awaited: Option<(u64, Vec<u64>)>,
@@ -1306,16 +1296,14 @@ impl<W: Write> Writer<W> {
             (true, Some(len), Some(scan), Some(patcher)) => {
                 let first = self.t.leak_scans.is_empty();
                 // The entry is followed by the list's `]` and the two `}`.
-                let entry = scan.entry(first, |_| AWAITED_KIND).len() as u64;
+                let entry = scan.entry(first, |_| b'0').len() as u64;
                 let at = HEADER_LEN as u64 + u64::from(len) - 3 - entry;
-                let spool_path = self.spool.take().and_then(|sp| sp.path);
-                return Ok(Some(ClassesRoom {
+                Some(ClassesRoom {
                     scan,
                     first,
                     at,
                     patcher,
-                    spool_path,
-                }));
+                })
             }
             _ => {
                 return Err(io::Error::new(
