@@ -669,6 +669,21 @@ impl Live {
         v
     }
 
+    /// About how many blocks are live (an address held both as a start and
+    /// with its exact size counts twice).
+    pub fn rough_len(&self) -> usize {
+        let starts: usize = if self.replayed {
+            (self.bits.iter().flat_map(|l| l.iter()))
+                .map(|w| w.count_ones() as usize)
+                .sum()
+        } else {
+            (self.leaves.iter().flat_map(|l| l.iter()))
+                .filter(|&&b| b != 0)
+                .count()
+        };
+        starts + self.big.len() + self.spill.len()
+    }
+
     /// How many live blocks the replay at exit had to find (0: no replay).
     pub fn replayed_blocks(&self) -> usize {
         self.replayed_blocks
@@ -2044,7 +2059,16 @@ fn own_maps() -> String {
 /// Classifies every live block; returns them sorted by address. Runs on the
 /// writer thread, which must be marked as the tracer's own.
 pub fn run(live: &mut Live, at: &ExitPoint) -> (Vec<(u64, LeakKind)>, Stats) {
-    run_with(live, at, &mut |_, mark| mark())
+    run_with(live, at, None, &mut |_, mark| mark())
+}
+
+/// A thread of the tracer started before the scan planned its roots: its
+/// id and its stack (a mapping of its own, thread block and TLS at the
+/// top), which are not the program's.
+#[derive(Debug, Clone, Copy)]
+pub struct Beside {
+    pub tid: u32,
+    pub stack: (u64, u64),
 }
 
 /// What [`run_with`] calls once the roots are planned: the blocks, and the
@@ -2060,6 +2084,7 @@ pub type Around<'a> = dyn FnMut(&[(u64, u64)], &mut dyn FnMut()) + 'a;
 pub fn run_with(
     live: &mut Live,
     at: &ExitPoint,
+    beside: Option<Beside>,
     around: &mut Around<'_>,
 ) -> (Vec<(u64, LeakKind)>, Stats) {
     let begun = sys::now_ns();
@@ -2094,7 +2119,10 @@ pub fn run_with(
     excluded.extend(classifier.own_ranges());
     excluded.extend(writer_stack);
     excluded.extend(crate::lane::ranges());
-    let (mut sps, unknown) = other_threads(&[at.tid, sys::raw_gettid()]);
+    excluded.extend(beside.map(|b| b.stack));
+    let mut skip = vec![at.tid, sys::raw_gettid()];
+    skip.extend(beside.map(|b| b.tid));
+    let (mut sps, unknown) = other_threads(&skip);
     let alone = sps.is_empty() && unknown == 0;
     sps.push(at.sp);
     // Alone with a waiting exiting thread, memory is copied directly

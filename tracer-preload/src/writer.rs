@@ -176,11 +176,11 @@ const SLACK_NS: u64 = 20_000;
 
 const FLUSH_EVERY: Duration = Duration::from_millis(100);
 
-/// Bytes of live blocks from which on the exit writes the file while the
-/// scan reads them ([`State::finish_alongside_scan`]): python3's 20 blocks
-/// at exit are scanned in ~1 ms, and its file is written ~2 ms slower from
-/// another thread; git's 21 MB take ~17 ms.
-const ALONGSIDE_FROM: u64 = 1 << 20;
+/// Blocks live at exit from which on the file is written while the scan
+/// runs ([`State::finish_alongside_scan`]): python3's 20 are scanned in
+/// ~1 ms, and its file is written ~2 ms slower from another thread; perl's
+/// 6,500 take ~22 ms, git's 41,000 ~17 ms.
+const ALONGSIDE_FROM: usize = 1024;
 
 /// After finding nothing to take, the writer first naps `NAP_US` at a time,
 /// `NAPS` times, without telling the producers it sleeps, and only then
@@ -1035,16 +1035,19 @@ impl State {
             && matches!(&self.outputs[..], [o] if !o.syscalls && o.writer.finishes_before_classes())
     }
 
-    /// The exit with the scan and the files at once: the sizes of the live
-    /// blocks, the system calls and the objects as [`State::finish`] has
-    /// them, then the scan; once it has planned its roots, a thread of its
-    /// own names the stacks' addresses and finishes the file with room for
-    /// the classes (`TraceWriter::finish_before_classes`) while this one
-    /// marks, and the classes are written last. The file is the same as the
-    /// one [`State::leak_scan`] and [`State::finish`] write one after the
-    /// other.
+    /// The exit with the scan and the files at once. The system calls and
+    /// the objects are taken as [`State::finish`] takes them; then, with
+    /// many blocks live, a thread of its own names the stacks' addresses
+    /// and finishes the file with room for the scan's classes
+    /// (`TraceWriter::finish_before_classes`), while this one reads the
+    /// blocks' sizes back (`TraceWriter::allocation_reader`), scans, and
+    /// gives that thread the blocks' addresses when the file gets to them.
+    /// The classes are written last. With few blocks (python3: 20, scanned
+    /// in ~1 ms; its file was ~2 ms slower to write from another thread)
+    /// the same happens one step after the other on this thread. Either
+    /// way the file is the same as the one [`State::leak_scan`] and
+    /// [`State::finish`] write.
     fn finish_alongside_scan(&mut self, at: &scan::ExitPoint, ctl: &Control, drained: u64) {
-        let replay_us = self.replay_sizes(ctl);
         self.drain_syscalls();
         self.stack_stats();
         let fresh = self.objects.rescan();
@@ -1061,19 +1064,36 @@ impl State {
         };
         let executable = self.executable.clone();
         let time_ns = self.time(sys::now_ns());
+        let many = self.live.rough_len() >= ALONGSIDE_FROM;
         let Some(Output {
             path,
             slots,
-            writer,
+            mut writer,
             ..
         }) = self.outputs.pop()
         else {
             return;
         };
+        // The survivors' sizes: read back beside the writer when it is to be
+        // finished on the other thread, else through it, now.
+        let replayed = self.live.replayed_sizes();
+        let reader = if many && replayed {
+            writer.allocation_reader()
+        } else {
+            None
+        };
+        let mut replay_us = 0;
+        if replayed && reader.is_none() {
+            let t0 = sys::now_ns();
+            self.live
+                .resolve_replayed(|f| writer.replay_allocations(f).unwrap_or(false));
+            replay_us = sys::now_ns().saturating_sub(t0) / 1000;
+        }
+        ctl.progress.fetch_add(1, Ordering::Relaxed);
         let progress = &ctl.progress;
-        // Names, then the file with room for the scan's blocks `at`; how long
-        // both took.
-        let files = move |mut w: Box<dyn TraceWriter>, blocks: Vec<u64>| {
+        // Names, then the file with room for the scan's blocks; how long both
+        // took.
+        let files = move |mut w: Box<dyn TraceWriter>, blocks: format_writers::BlockList| {
             let mut addrs = addrs;
             let t0 = sys::now_ns();
             let mut failed = None;
@@ -1094,33 +1114,55 @@ impl State {
             };
             (r, sys::now_ns().saturating_sub(t0) / 1000)
         };
-        let mut files = Some(files);
-        let mut writer = Some(writer);
-        let mut done = None;
-        let mut alongside = false;
-        let (classes, stats) = scan::run_with(&mut self.live, at, &mut |blocks, mark| {
-            let (Some(f), Some(w)) = (files.take(), writer.take()) else {
-                return;
+        let ((later, files_us), (classes, stats)) = if many {
+            // The blocks' addresses, from the scan to the file's thread.
+            let list = std::sync::Arc::new((
+                std::sync::Mutex::new(None::<Vec<u64>>),
+                std::sync::Condvar::new(),
+            ));
+            let publish = |v: Vec<u64>| {
+                if let Ok(mut g) = list.0.lock() {
+                    g.get_or_insert(v);
+                    list.1.notify_all();
+                }
             };
-            let addrs: Vec<u64> = blocks.iter().map(|b| b.0).collect();
-            // A scan of little memory is over before a thread could start.
-            if blocks.iter().map(|b| b.1).sum::<u64>() < ALONGSIDE_FROM {
-                mark();
-                done = Some(f(w, addrs));
-                return;
-            }
-            alongside = true;
-            done = Some(crate::lifecycle::alongside(Box::new(move || f(w, addrs)), mark).0);
-        });
+            let given = list.clone();
+            let blocks: format_writers::BlockList = Box::new(move || {
+                let (lock, ready) = &*given;
+                let Ok(mut g) = lock.lock() else {
+                    return Vec::new();
+                };
+                while g.is_none() {
+                    g = match ready.wait(g) {
+                        Ok(g) => g,
+                        Err(_) => return Vec::new(),
+                    };
+                }
+                g.take().unwrap_or_default()
+            });
+            let live = &mut self.live;
+            crate::lifecycle::alongside(Box::new(move || files(writer, blocks)), |beside| {
+                if let Some(read) = reader {
+                    let t0 = sys::now_ns();
+                    live.resolve_replayed(|f| read(f).unwrap_or(false));
+                    replay_us = sys::now_ns().saturating_sub(t0) / 1000;
+                }
+                let r = scan::run_with(live, at, beside, &mut |blocks, mark| {
+                    publish(blocks.iter().map(|b| b.0).collect());
+                    mark();
+                });
+                // No block live: the scan returned before planning.
+                publish(Vec::new());
+                r
+            })
+        } else {
+            let (classes, stats) = scan::run(&mut self.live, at);
+            let addrs: Vec<u64> = classes.iter().map(|c| c.0).collect();
+            (files(writer, Box::new(move || addrs)), (classes, stats))
+        };
         let scanned = sys::now_ns();
         ctl.progress.fetch_add(1, Ordering::Relaxed);
         self.scan_stats(&stats, replay_us);
-        // No block live: no roots were planned, and the file is written now.
-        let (later, files_us) = match (done, files.take(), writer.take()) {
-            (Some(d), ..) => d,
-            (None, Some(f), Some(w)) => f(w, Vec::new()),
-            _ => unreachable!("the file is written once"),
-        };
         let kinds: Vec<format_writers::LeakKind> = classes.iter().map(|c| c.1).collect();
         let ok = later.and_then(|l| l.write(&kinds)).is_ok();
         for &slot in &slots {
@@ -1135,14 +1177,13 @@ impl State {
         }
         if std::env::var_os("TRACER_STACK_STATS").is_some() {
             let us = |a: u64, b: u64| b.saturating_sub(a) / 1000;
-            let inline = if alongside { 0 } else { files_us };
             sys::stderr_line(&format!(
                 "exit: {} us in all: scan {} us, {} addresses named and files written in {} us {}, then {} us",
                 us(drained, sys::now_ns()),
-                us(drained, scanned).saturating_sub(inline),
+                stats.nanos / 1000 + replay_us,
                 naming,
                 files_us,
-                if alongside { "alongside the scan" } else { "after it" },
+                if many { "alongside the scan" } else { "after it" },
                 us(scanned, sys::now_ns())
             ));
         }

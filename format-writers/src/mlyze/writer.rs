@@ -27,7 +27,7 @@ use crate::fasthash::FastMap;
 use crate::model::{
     Event, Frame, LeakKind, Object, Process, Record, StackId, Symbol, Thread, ThreadId,
 };
-use crate::{output, ClassesLater, TraceWriter};
+use crate::{output, AllocReader, BlockList, ClassesLater, TraceWriter};
 
 /// Function name of the entry unresolved frames point at.
 pub(super) const UNRESOLVED_NAME: &str = "??";
@@ -649,15 +649,32 @@ fn scan_entry(
 struct AwaitedScan {
     event_seq: u64,
     time_ns: u64,
-    blocks: Vec<u64>,
+    /// Asked for when first needed (the metadata's last part).
+    list: std::cell::Cell<Option<BlockList>>,
+    blocks: std::cell::OnceCell<Vec<u64>>,
 }
 
 impl AwaitedScan {
+    fn new(event_seq: u64, time_ns: u64, list: BlockList) -> AwaitedScan {
+        AwaitedScan {
+            event_seq,
+            time_ns,
+            list: std::cell::Cell::new(Some(list)),
+            blocks: std::cell::OnceCell::new(),
+        }
+    }
+
+    fn blocks(&self) -> &[u64] {
+        self.blocks
+            .get_or_init(|| self.list.take().map_or_else(Vec::new, |f| f()))
+    }
+
     /// Its `leak_scans` entry, each block's kind digit from `kind(n)`.
     fn entry(&self, first: bool, kind: impl Fn(usize) -> u8) -> Vec<u8> {
-        let mut out = Vec::with_capacity(64 + self.blocks.len() * 18);
+        let blocks = self.blocks();
+        let mut out = Vec::with_capacity(64 + blocks.len() * 18);
         scan_entry(&mut out, first, self.event_seq, self.time_ns, |n| {
-            self.blocks.get(n).map(|&a| (a, kind(n)))
+            blocks.get(n).map(|&a| (a, kind(n)))
         });
         out
     }
@@ -676,13 +693,13 @@ struct ClassesRoom {
 
 impl ClassesLater for ClassesRoom {
     fn write(mut self: Box<Self>, kinds: &[LeakKind]) -> io::Result<()> {
-        if kinds.len() != self.scan.blocks.len() {
+        if kinds.len() != self.scan.blocks().len() {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 format!(
                     "mlyze: {} classes for the {} blocks of the scan",
                     kinds.len(),
-                    self.scan.blocks.len()
+                    self.scan.blocks().len()
                 ),
             ));
         }
@@ -944,6 +961,10 @@ impl SpoolStore {
 /// copied. 0 or an error where it cannot: the rest goes through a buffer.
 pub type SpoolCopier = Box<dyn FnMut(u64, u64) -> io::Result<u64> + Send>;
 
+/// Reads bytes of the spool at an offset without moving its position
+/// (`pread`), from any thread ([`Writer::set_spool_reader`]).
+pub type SpoolReader = std::sync::Arc<dyn Fn(u64, &mut [u8]) -> io::Result<usize> + Send + Sync>;
+
 /// Writes `bytes` at `offset` of the output, counted from the writer's
 /// first byte (`pwrite` on a fresh file), after everything else was
 /// written and flushed. With one, `finish` writes the metadata once and
@@ -1000,6 +1021,7 @@ pub struct Writer<W: Write> {
     slots: SlotMap,
     spool: Option<SpoolFile>,
     patcher: Option<HeaderPatcher>,
+    spool_reader: Option<SpoolReader>,
 }
 
 impl<W: Write> Writer<W> {
@@ -1015,6 +1037,7 @@ impl<W: Write> Writer<W> {
             slots: SlotMap::new(),
             spool: None,
             patcher: None,
+            spool_reader: None,
         }
     }
 
@@ -1230,15 +1253,12 @@ impl<W: Write> Writer<W> {
     /// after every event, blank meanwhile) and returns it.
     fn finish_awaiting(
         mut self,
-        awaited: Option<(u64, Vec<u64>)>,
+        awaited: Option<(u64, BlockList)>,
     ) -> io::Result<Option<ClassesRoom>> {
         let in_log = self.replay_spool()?;
         let awaiting = awaited.is_some();
-        self.t.awaited = awaited.map(|(time_ns, blocks)| AwaitedScan {
-            event_seq: self.seq,
-            time_ns,
-            blocks,
-        });
+        let seq = self.seq;
+        self.t.awaited = awaited.map(|(time_ns, list)| AwaitedScan::new(seq, time_ns, list));
         let Writer {
             out,
             t,
@@ -1493,6 +1513,12 @@ impl<W: Write> Writer<W> {
         Ok(())
     }
 
+    /// Lets [`TraceWriter::allocation_reader`] read a spool given to
+    /// [`Writer::with_spool`] with `reader` (a plain file's is its own).
+    pub fn set_spool_reader(&mut self, reader: SpoolReader) {
+        self.spool_reader = Some(reader);
+    }
+
     /// Has `finish` copy the spooled events with `copier` (a spool given to
     /// [`Writer::with_spool`]; a plain file's copy is the kernel's already).
     /// The output is flushed before the first copy, so that the copier's
@@ -1539,7 +1565,7 @@ impl<W: Write + Send> TraceWriter for Writer<W> {
     fn finish_before_classes(
         self: Box<Self>,
         time_ns: u64,
-        blocks: Vec<u64>,
+        blocks: BlockList,
     ) -> io::Result<Box<dyn ClassesLater>> {
         if !self.finishes_before_classes() {
             return Err(io::ErrorKind::Unsupported.into());
@@ -1548,6 +1574,42 @@ impl<W: Write + Send> TraceWriter for Writer<W> {
             Some(room) => Ok(Box::new(room)),
             None => Err(io::ErrorKind::Unsupported.into()),
         }
+    }
+
+    fn allocation_reader(&mut self) -> Option<AllocReader> {
+        let sp = self.spool.as_ref()?;
+        let read_at: SpoolReader = match (&sp.file, &self.spool_reader) {
+            (_, Some(r)) => r.clone(),
+            (SpoolStore::File(f), None) => {
+                let f = f.try_clone().ok()?;
+                std::sync::Arc::new(move |off, buf: &mut [u8]| {
+                    std::os::unix::fs::FileExt::read_at(&f, buf, off)
+                })
+            }
+            (SpoolStore::Other(_), None) => return None,
+        };
+        let ranges = sp.event_ranges.clone();
+        let tail = self.events.clone();
+        Some(Box::new(move |f| {
+            let mut replay = super::replay::AllocReplay::new();
+            let mut buf = vec![0u8; 1 << 20];
+            for (off, len) in ranges {
+                let mut done = 0u64;
+                while done < len {
+                    let n = (len - done).min(buf.len() as u64) as usize;
+                    let got = read_at(off + done, &mut buf[..n])?;
+                    if got == 0 {
+                        return Err(io::ErrorKind::UnexpectedEof.into());
+                    }
+                    replay.feed(&buf[..got], f)?;
+                    done += got as u64;
+                }
+                replay.end()?;
+            }
+            replay.feed(&tail, f)?;
+            replay.end()?;
+            Ok(true)
+        }))
     }
 
     fn replay_allocations(&mut self, f: &mut dyn FnMut(u64, u64)) -> io::Result<bool> {
