@@ -482,3 +482,39 @@ fn under_valgrind_the_exit_scan_reads_through_the_kernel() {
         "{stats:?}"
     );
 }
+
+#[test]
+fn a_crowded_exit_writes_the_trace_beside_the_scan_with_the_same_classes() {
+    // 5,015 blocks live at exit (see the example): the trace is written by a
+    // thread of its own while the scan runs, and the classes come last.
+    let expected = classes((1_032, 11), (63_968, 1_999), (320, 5), (119_952, 3_000));
+    check_equal("crowd", &[expected]);
+    let bin = example("leaks/crowd");
+    let along = run_traced(&Cmd::new(&bin), &[("TRACER_STACK_STATS", "1")]);
+    assert!(
+        along.stderr().contains("alongside the scan"),
+        "{}",
+        along.stderr()
+    );
+    // A second output makes the exit do one thing after the other: the same
+    // blocks (by size, addresses move from run to run) in the same classes.
+    let apart = run_traced(&Cmd::new(&bin), &[("TRACER_FORMAT", "mlyze,dumpalloc")]);
+    assert!(apart.output.status.success(), "{}", apart.stderr());
+    let mlyze = |t: &Traced| {
+        let f = t
+            .files
+            .iter()
+            .find(|f| f.extension().is_some_and(|e| e == "mlyze"))
+            .expect("an mlyze trace");
+        read_scan(f).unwrap_or_else(|e| panic!("{e}"))
+    };
+    let blocks = |s: &ScanResult| {
+        let mut v: Vec<(u64, LeakKind)> = s.blocks.iter().map(|b| (b.1, b.2)).collect();
+        v.sort_by_key(|&(size, kind)| (size, kind.code()));
+        v
+    };
+    let (a, b) = (mlyze(&along), mlyze(&apart));
+    assert_eq!((a.classes, a.unclassified, a.stray), (expected, 0, 0));
+    assert_eq!((b.classes, b.unclassified, b.stray), (expected, 0, 0));
+    assert_eq!(blocks(&a), blocks(&b));
+}
