@@ -84,22 +84,11 @@ pub trait TraceWriter: Send {
         let _ = (time_ns, blocks);
         Err(std::io::ErrorKind::Unsupported.into())
     }
-    /// A reader of the allocations written so far (as
-    /// [`TraceWriter::replay_allocations`] gives them) that works apart from
-    /// the writer: it may run while the writer is finished on another
-    /// thread. `None` when this writer has none.
-    fn allocation_reader(&mut self) -> Option<AllocReader> {
-        None
-    }
 }
 
 /// The blocks of a scan whose classes come later, asked for when the
 /// writer gets to them ([`TraceWriter::finish_before_classes`]).
 pub type BlockList = Box<dyn FnOnce() -> Vec<u64> + Send>;
-
-/// Calls its argument with `(address, size)` for every allocation, in order;
-/// `Ok(false)` when it could not ([`TraceWriter::allocation_reader`]).
-pub type AllocReader = Box<dyn FnOnce(&mut dyn FnMut(u64, u64)) -> std::io::Result<bool> + Send>;
 
 /// The classes of a leak scan a finished file keeps room for
 /// ([`TraceWriter::finish_before_classes`]).

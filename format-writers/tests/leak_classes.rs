@@ -278,46 +278,6 @@ fn mlyze_classes_written_later_must_match_the_blocks() {
 }
 
 #[test]
-fn mlyze_allocations_read_apart_while_the_file_is_finished() {
-    // Spilled chunks and the tail not spilled yet: the reader gives every
-    // allocation in order, also once the writer is finished and the spool
-    // gone (it keeps its own handle), as replay_allocations gives them.
-    let dir = scratch_dir("reader");
-    let (mut w, path) = mlyze::Writer::create(&dir.join("t")).unwrap();
-    let spool = w.spool_path().unwrap().to_path_buf();
-    w.write(&Record::Stack(Stack {
-        id: 0,
-        frames: vec![],
-    }))
-    .unwrap();
-    let mut expected = Vec::new();
-    for i in 0..200_000u64 {
-        let (a, s) = (0x10_0000 + (i % 5000) * 16, 1 + i % 977);
-        w.write(&alloc(i, a, s)).unwrap();
-        expected.push((a, s));
-        if i == 150_000 {
-            w.flush().unwrap();
-        }
-    }
-    let mut replayed = Vec::new();
-    assert!(w
-        .replay_allocations(&mut |a, s| replayed.push((a, s)))
-        .unwrap());
-    assert_eq!(replayed, expected);
-    let reader = w.allocation_reader().expect("a spooled file has a reader");
-    let mut w: Box<dyn TraceWriter> = Box::new(w);
-    w.flush().unwrap();
-    let later = w.finish_before_classes(7, Box::new(Vec::new)).unwrap();
-    assert!(!spool.exists());
-    let mut read_apart = Vec::new();
-    assert!(reader(&mut |a, s| read_apart.push((a, s))).unwrap());
-    assert_eq!(read_apart, expected);
-    later.write(&[]).unwrap();
-    assert_eq!(read(File::open(&path).unwrap()).len(), 200_001 + 1);
-    let _ = std::fs::remove_dir_all(&dir);
-}
-
-#[test]
 fn mlyze_in_memory_cannot_finish_before_classes() {
     let w: Box<dyn TraceWriter> = Box::new(mlyze::Writer::new(Vec::new()));
     assert!(!w.finishes_before_classes());

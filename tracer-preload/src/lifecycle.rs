@@ -564,10 +564,6 @@ fn create_mlyze(wanted: &str) -> std::io::Result<Created> {
         let sink = BufWriter::with_capacity(64 * 1024, fds::FdSink::new(out_slot));
         let mut w =
             mlyze::Writer::with_spool(sink, fds::FdFile::new(spool_slot), Some(spool_path))?;
-        w.set_spool_reader(std::sync::Arc::new(move |off, buf| {
-            use std::os::unix::fs::FileExt as _;
-            fds::FdSink::new(spool_slot).read_at(buf, off)
-        }));
         w.set_spool_copier(Box::new(move |off, len| {
             fds::copy_range(spool_slot, out_slot, off, len).map(|n| n as u64)
         }));
@@ -787,8 +783,6 @@ fn spawn_writer(job: Box<Job>) -> Result<libc::pthread_t, i32> {
 struct AlongsideSlot<'a, T> {
     job: Option<Box<dyn FnOnce() -> T + Send + 'a>>,
     out: Option<T>,
-    /// The thread's id, set before it runs the job.
-    tid: core::sync::atomic::AtomicU32,
 }
 
 /// Bytes of an [`alongside`] thread's stack (glibc puts its thread control
@@ -800,22 +794,19 @@ const ALONGSIDE_STACK: usize = 2 << 20;
 /// could be made). The thread is the tracer's own (guard entered, every
 /// signal blocked) and its stack a mapping made here, not one of glibc's
 /// cached stacks of finished threads: those belong to the program's exit
-/// scan (their thread blocks and TLS are roots). `main` is told the
-/// thread's id and stack, for the scan to leave out. `job` may borrow from
-/// the caller: the thread is joined before this returns (the library aborts
+/// scan (their thread blocks and TLS are roots). `job` may borrow from the
+/// caller: the thread is joined before this returns (the library aborts
 /// rather than unwinds, so `main` cannot leave early).
 pub fn alongside<'a, T: Send, R>(
     job: Box<dyn FnOnce() -> T + Send + 'a>,
-    main: impl FnOnce(Option<crate::scan::Beside>) -> R,
+    main: impl FnOnce() -> R,
 ) -> (T, R) {
     extern "C" fn start<T>(arg: *mut libc::c_void) -> *mut libc::c_void {
         tls::enter_forever();
         let slot = arg.cast::<AlongsideSlot<'_, T>>();
-        // SAFETY: `arg` is the slot `alongside` made for this thread; until
-        // the join, the other thread touches its `tid` alone, atomically,
-        // and this one the fields one at a time.
+        // SAFETY: `arg` is the slot `alongside` made for this thread, which
+        // does not touch it again before the join.
         unsafe {
-            (*slot).tid.store(sys::raw_gettid(), Ordering::Release);
             if let Some(job) = (*core::ptr::addr_of_mut!((*slot).job)).take() {
                 *core::ptr::addr_of_mut!((*slot).out) = Some(job());
             }
@@ -825,7 +816,6 @@ pub fn alongside<'a, T: Send, R>(
     let mut slot = AlongsideSlot {
         job: Some(job),
         out: None,
-        tid: core::sync::atomic::AtomicU32::new(0),
     };
     let arg: *mut AlongsideSlot<'_, T> = &mut slot;
     // SAFETY: an anonymous private mapping of our own, unmapped only after
@@ -852,6 +842,7 @@ pub fn alongside<'a, T: Send, R>(
             libc::sigfillset(&mut all);
             libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
             let mut t: libc::pthread_t = 0;
+            crate::scan::BESIDE.fetch_add(1, Ordering::AcqRel);
             let rc = libc::pthread_create(&mut t, &attr, start::<T>, arg.cast());
             libc::pthread_sigmask(libc::SIG_SETMASK, &old, core::ptr::null_mut());
             libc::pthread_attr_destroy(&mut attr);
@@ -859,34 +850,18 @@ pub fn alongside<'a, T: Send, R>(
                 libc::pthread_setname_np(t, c"libtracer-exit".as_ptr());
                 Some((t, stack))
             } else {
+                crate::scan::BESIDE.fetch_sub(1, Ordering::AcqRel);
                 libc::munmap(stack, ALONGSIDE_STACK);
                 None
             }
         }
     };
-    let beside = thread.map(|(_, stack)| {
-        // SAFETY: while the thread runs, the slot's id is the one part of
-        // it touched here, and only atomically.
-        let tid = unsafe { &(*arg).tid };
-        let mut spins = 0u32;
-        while tid.load(Ordering::Acquire) == 0 {
-            spins += 1;
-            if spins < 64 {
-                core::hint::spin_loop();
-            } else {
-                sys::sleep_us(20);
-            }
-        }
-        crate::scan::Beside {
-            tid: tid.load(Ordering::Acquire),
-            stack: (stack as u64, stack as u64 + ALONGSIDE_STACK as u64),
-        }
-    });
-    let r = main(beside);
+    let r = main();
     if let Some((t, stack)) = thread {
         // SAFETY: joined once; the stack is unused after that.
         unsafe {
             libc::pthread_join(t, core::ptr::null_mut());
+            crate::scan::BESIDE.fetch_sub(1, Ordering::AcqRel);
             libc::munmap(stack, ALONGSIDE_STACK);
         }
     } else if let Some(job) = slot.job.take() {

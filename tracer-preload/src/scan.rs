@@ -669,21 +669,6 @@ impl Live {
         v
     }
 
-    /// About how many blocks are live (an address held both as a start and
-    /// with its exact size counts twice).
-    pub fn rough_len(&self) -> usize {
-        let starts: usize = if self.replayed {
-            (self.bits.iter().flat_map(|l| l.iter()))
-                .map(|w| w.count_ones() as usize)
-                .sum()
-        } else {
-            (self.leaves.iter().flat_map(|l| l.iter()))
-                .filter(|&&b| b != 0)
-                .count()
-        };
-        starts + self.big.len() + self.spill.len()
-    }
-
     /// How many live blocks the replay at exit had to find (0: no replay).
     pub fn replayed_blocks(&self) -> usize {
         self.replayed_blocks
@@ -1962,6 +1947,9 @@ pub struct Stats {
 /// middle of a direct scan leaves them blocked: a handler could otherwise
 /// unmap what the scan reads.
 static HOLD: AtomicU8 = AtomicU8::new(FREE);
+
+/// Threads of the tracer running beside the writer (`lifecycle::alongside`).
+pub static BESIDE: core::sync::atomic::AtomicU32 = core::sync::atomic::AtomicU32::new(0);
 const FREE: u8 = 0;
 const HELD: u8 = 1;
 const SCANNING: u8 = 2;
@@ -2059,16 +2047,7 @@ fn own_maps() -> String {
 /// Classifies every live block; returns them sorted by address. Runs on the
 /// writer thread, which must be marked as the tracer's own.
 pub fn run(live: &mut Live, at: &ExitPoint) -> (Vec<(u64, LeakKind)>, Stats) {
-    run_with(live, at, None, &mut |_, mark| mark())
-}
-
-/// A thread of the tracer started before the scan planned its roots: its
-/// id and its stack (a mapping of its own, thread block and TLS at the
-/// top), which are not the program's.
-#[derive(Debug, Clone, Copy)]
-pub struct Beside {
-    pub tid: u32,
-    pub stack: (u64, u64),
+    run_with(live, at, &mut |_, mark| mark())
 }
 
 /// What [`run_with`] calls once the roots are planned: the blocks, and the
@@ -2084,7 +2063,6 @@ pub type Around<'a> = dyn FnMut(&[(u64, u64)], &mut dyn FnMut()) + 'a;
 pub fn run_with(
     live: &mut Live,
     at: &ExitPoint,
-    beside: Option<Beside>,
     around: &mut Around<'_>,
 ) -> (Vec<(u64, LeakKind)>, Stats) {
     let begun = sys::now_ns();
@@ -2119,10 +2097,7 @@ pub fn run_with(
     excluded.extend(classifier.own_ranges());
     excluded.extend(writer_stack);
     excluded.extend(crate::lane::ranges());
-    excluded.extend(beside.map(|b| b.stack));
-    let mut skip = vec![at.tid, sys::raw_gettid()];
-    skip.extend(beside.map(|b| b.tid));
-    let (mut sps, unknown) = other_threads(&skip);
+    let (mut sps, unknown) = other_threads(&[at.tid, sys::raw_gettid()]);
     let alone = sps.is_empty() && unknown == 0;
     sps.push(at.sp);
     // Alone with a waiting exiting thread, memory is copied directly
@@ -2133,7 +2108,11 @@ pub fn run_with(
     // ones alive now are `mmap`ed chunks the plan leaves out, the later
     // ones are mappings the snapshot does not list (a range the snapshot
     // lists could only be reused after a buffer alive now was freed).
+    // A thread of ours started before this point (none is: see
+    // `writer::State::finish_alongside_scan`) could free an `mmap`ed chunk
+    // of the snapshot while the plan reads its first page.
     let fast = alone
+        && BESIDE.load(Ordering::Acquire) == 0
         && HOLD
             .compare_exchange(HELD, SCANNING, Ordering::AcqRel, Ordering::Acquire)
             .is_ok();

@@ -1036,19 +1036,27 @@ impl State {
             && matches!(&self.outputs[..], [o] if !o.syscalls && o.writer.finishes_before_classes())
     }
 
-    /// The exit with the scan and the files at once. The system calls and
-    /// the objects are taken as [`State::finish`] takes them; then, with
-    /// many blocks live, a thread of its own names the stacks' addresses
-    /// and finishes the file with room for the scan's classes
-    /// (`TraceWriter::finish_before_classes`), while this one reads the
-    /// blocks' sizes back (`TraceWriter::allocation_reader`), scans, and
-    /// gives that thread the blocks' addresses when the file gets to them.
-    /// The classes are written last. With few blocks (python3: 20, scanned
-    /// in ~1 ms; its file was ~2 ms slower to write from another thread)
-    /// the same happens one step after the other on this thread. Either
-    /// way the file is the same as the one [`State::leak_scan`] and
-    /// [`State::finish`] write.
+    /// The exit with the scan and the files at once. The survivors' sizes,
+    /// the system calls and the objects are taken as [`State::leak_scan`]
+    /// and [`State::finish`] take them; then the scan plans its roots, and
+    /// with many blocks live a thread of its own names the stacks'
+    /// addresses and finishes the file with room for the scan's classes
+    /// (`TraceWriter::finish_before_classes`) while this one marks. The
+    /// classes are written last. With few blocks (python3: 20, scanned in
+    /// ~1 ms; its file was ~2 ms slower to write from another thread) the
+    /// file is written after the scan, on this thread. Either way the file
+    /// is the same as the one [`State::leak_scan`] and [`State::finish`]
+    /// write.
+    ///
+    /// The other thread starts once the roots are planned, never before:
+    /// the planning reads the first words of every page of the anonymous
+    /// mappings to find glibc's `mmap`ed chunks, and a chunk that thread
+    /// freed meanwhile would be gone (it was: `ls -l /usr/bin` died of
+    /// SIGSEGV about once in 150 runs when it started before the replay of
+    /// the sizes). What it maps later is not in the scan's snapshot, and
+    /// what it frees later is its own.
     fn finish_alongside_scan(&mut self, at: &scan::ExitPoint, ctl: &Control, drained: u64) {
+        let replay_us = self.replay_sizes(ctl);
         self.drain_syscalls();
         self.stack_stats();
         let fresh = self.objects.rescan();
@@ -1065,39 +1073,22 @@ impl State {
         };
         let executable = self.executable.clone();
         let time_ns = self.time(sys::now_ns());
-        let many = self.live.rough_len() >= ALONGSIDE_FROM;
         let Some(Output {
             path,
             slots,
-            mut writer,
+            writer,
             ..
         }) = self.outputs.pop()
         else {
             return;
         };
-        // The survivors' sizes: read back beside the writer when it is to be
-        // finished on the other thread, else through it, now.
-        let replayed = self.live.replayed_sizes();
-        let reader = if many && replayed {
-            writer.allocation_reader()
-        } else {
-            None
-        };
-        let mut replay_us = 0;
-        if replayed && reader.is_none() {
-            let t0 = sys::now_ns();
-            self.live
-                .resolve_replayed(|f| writer.replay_allocations(f).unwrap_or(false));
-            replay_us = sys::now_ns().saturating_sub(t0) / 1000;
-        }
-        ctl.progress.fetch_add(1, Ordering::Relaxed);
         let progress = &ctl.progress;
         // The descriptors the file no longer needs once written (the spool:
         // closing it drops its cached pages, ~3 ms for python3's 23 MB).
         let spool_slots: Vec<usize> = slots.iter().skip(1).copied().collect();
         // Names, then the file with room for the scan's blocks; how long both
         // took.
-        let files = move |mut w: Box<dyn TraceWriter>, blocks: format_writers::BlockList| {
+        let files = move |mut w: Box<dyn TraceWriter>, blocks: Vec<u64>| {
             let mut addrs = addrs;
             let t0 = sys::now_ns();
             let mut failed = None;
@@ -1114,63 +1105,39 @@ impl State {
             );
             let r = match failed {
                 Some(e) => Err(e),
-                None => w.finish_before_classes(time_ns, blocks),
+                None => w.finish_before_classes(time_ns, Box::new(move || blocks)),
             };
-            // Read for the sizes before the blocks were listed: done with.
             for &slot in &spool_slots {
                 fds::release(slot);
             }
             (r, sys::now_ns().saturating_sub(t0) / 1000)
         };
-        let ((later, files_us), (classes, stats)) = if many {
-            // The blocks' addresses, from the scan to the file's thread.
-            let list = std::sync::Arc::new((
-                std::sync::Mutex::new(None::<Vec<u64>>),
-                std::sync::Condvar::new(),
-            ));
-            let publish = |v: Vec<u64>| {
-                if let Ok(mut g) = list.0.lock() {
-                    g.get_or_insert(v);
-                    list.1.notify_all();
-                }
+        let mut files = Some(files);
+        let mut writer = Some(writer);
+        let mut done = None;
+        let mut alongside = false;
+        let (classes, stats) = scan::run_with(&mut self.live, at, &mut |blocks, mark| {
+            let (Some(f), Some(w)) = (files.take(), writer.take()) else {
+                return;
             };
-            let given = list.clone();
-            let blocks: format_writers::BlockList = Box::new(move || {
-                let (lock, ready) = &*given;
-                let Ok(mut g) = lock.lock() else {
-                    return Vec::new();
-                };
-                while g.is_none() {
-                    g = match ready.wait(g) {
-                        Ok(g) => g,
-                        Err(_) => return Vec::new(),
-                    };
-                }
-                g.take().unwrap_or_default()
-            });
-            let live = &mut self.live;
-            crate::lifecycle::alongside(Box::new(move || files(writer, blocks)), |beside| {
-                if let Some(read) = reader {
-                    let t0 = sys::now_ns();
-                    live.resolve_replayed(|f| read(f).unwrap_or(false));
-                    replay_us = sys::now_ns().saturating_sub(t0) / 1000;
-                }
-                let r = scan::run_with(live, at, beside, &mut |blocks, mark| {
-                    publish(blocks.iter().map(|b| b.0).collect());
-                    mark();
-                });
-                // No block live: the scan returned before planning.
-                publish(Vec::new());
-                r
-            })
-        } else {
-            let (classes, stats) = scan::run(&mut self.live, at);
-            let addrs: Vec<u64> = classes.iter().map(|c| c.0).collect();
-            (files(writer, Box::new(move || addrs)), (classes, stats))
-        };
+            let addrs: Vec<u64> = blocks.iter().map(|b| b.0).collect();
+            if blocks.len() < ALONGSIDE_FROM {
+                mark();
+                done = Some(f(w, addrs));
+                return;
+            }
+            alongside = true;
+            done = Some(crate::lifecycle::alongside(Box::new(move || f(w, addrs)), mark).0);
+        });
         let scanned = sys::now_ns();
         ctl.progress.fetch_add(1, Ordering::Relaxed);
         self.scan_stats(&stats, replay_us);
+        // No block live: no roots were planned, and the file is written now.
+        let (later, files_us) = match (done, files.take(), writer.take()) {
+            (Some(d), ..) => d,
+            (None, Some(f), Some(w)) => f(w, Vec::new()),
+            _ => unreachable!("the file is written once"),
+        };
         let kinds: Vec<format_writers::LeakKind> = classes.iter().map(|c| c.1).collect();
         let ok = later.and_then(|l| l.write(&kinds)).is_ok();
         for &slot in &slots {
@@ -1191,7 +1158,7 @@ impl State {
                 stats.nanos / 1000 + replay_us,
                 naming,
                 files_us,
-                if many { "alongside the scan" } else { "after it" },
+                if alongside { "alongside the scan" } else { "after it" },
                 us(scanned, sys::now_ns())
             ));
         }

@@ -27,7 +27,7 @@ use crate::fasthash::FastMap;
 use crate::model::{
     Event, Frame, LeakKind, Object, Process, Record, StackId, Symbol, Thread, ThreadId,
 };
-use crate::{output, AllocReader, BlockList, ClassesLater, TraceWriter};
+use crate::{output, BlockList, ClassesLater, TraceWriter};
 
 /// Function name of the entry unresolved frames point at.
 pub(super) const UNRESOLVED_NAME: &str = "??";
@@ -961,10 +961,6 @@ impl SpoolStore {
 /// copied. 0 or an error where it cannot: the rest goes through a buffer.
 pub type SpoolCopier = Box<dyn FnMut(u64, u64) -> io::Result<u64> + Send>;
 
-/// Reads bytes of the spool at an offset without moving its position
-/// (`pread`), from any thread ([`Writer::set_spool_reader`]).
-pub type SpoolReader = std::sync::Arc<dyn Fn(u64, &mut [u8]) -> io::Result<usize> + Send + Sync>;
-
 /// Writes `bytes` at `offset` of the output, counted from the writer's
 /// first byte (`pwrite` on a fresh file), after everything else was
 /// written and flushed. With one, `finish` writes the metadata once and
@@ -1021,7 +1017,6 @@ pub struct Writer<W: Write> {
     slots: SlotMap,
     spool: Option<SpoolFile>,
     patcher: Option<HeaderPatcher>,
-    spool_reader: Option<SpoolReader>,
 }
 
 impl<W: Write> Writer<W> {
@@ -1037,7 +1032,6 @@ impl<W: Write> Writer<W> {
             slots: SlotMap::new(),
             spool: None,
             patcher: None,
-            spool_reader: None,
         }
     }
 
@@ -1513,12 +1507,6 @@ impl<W: Write> Writer<W> {
         Ok(())
     }
 
-    /// Lets [`TraceWriter::allocation_reader`] read a spool given to
-    /// [`Writer::with_spool`] with `reader` (a plain file's is its own).
-    pub fn set_spool_reader(&mut self, reader: SpoolReader) {
-        self.spool_reader = Some(reader);
-    }
-
     /// Has `finish` copy the spooled events with `copier` (a spool given to
     /// [`Writer::with_spool`]; a plain file's copy is the kernel's already).
     /// The output is flushed before the first copy, so that the copier's
@@ -1574,42 +1562,6 @@ impl<W: Write + Send> TraceWriter for Writer<W> {
             Some(room) => Ok(Box::new(room)),
             None => Err(io::ErrorKind::Unsupported.into()),
         }
-    }
-
-    fn allocation_reader(&mut self) -> Option<AllocReader> {
-        let sp = self.spool.as_ref()?;
-        let read_at: SpoolReader = match (&sp.file, &self.spool_reader) {
-            (_, Some(r)) => r.clone(),
-            (SpoolStore::File(f), None) => {
-                let f = f.try_clone().ok()?;
-                std::sync::Arc::new(move |off, buf: &mut [u8]| {
-                    std::os::unix::fs::FileExt::read_at(&f, buf, off)
-                })
-            }
-            (SpoolStore::Other(_), None) => return None,
-        };
-        let ranges = sp.event_ranges.clone();
-        let tail = self.events.clone();
-        Some(Box::new(move |f| {
-            let mut replay = super::replay::AllocReplay::new();
-            let mut buf = vec![0u8; 1 << 20];
-            for (off, len) in ranges {
-                let mut done = 0u64;
-                while done < len {
-                    let n = (len - done).min(buf.len() as u64) as usize;
-                    let got = read_at(off + done, &mut buf[..n])?;
-                    if got == 0 {
-                        return Err(io::ErrorKind::UnexpectedEof.into());
-                    }
-                    replay.feed(&buf[..got], f)?;
-                    done += got as u64;
-                }
-                replay.end()?;
-            }
-            replay.feed(&tail, f)?;
-            replay.end()?;
-            Ok(true)
-        }))
     }
 
     fn replay_allocations(&mut self, f: &mut dyn FnMut(u64, u64)) -> io::Result<bool> {
