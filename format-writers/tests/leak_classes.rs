@@ -212,8 +212,8 @@ fn finished_before_classes(
 
 #[test]
 fn mlyze_classes_written_after_the_file_give_the_same_bytes() {
-    // The scan after every event, over three blocks (the third one freed
-    // before: a scan classifies what it is given).
+    // The scan after every event, over three blocks (the third at an
+    // address of more digits: entries of different lengths).
     let events = vec![
         Record::Stack(Stack {
             id: 0,
