@@ -601,8 +601,13 @@ impl Tables {
             }
             if let Some(a) = &self.awaited {
                 // Blank until the classes come: a list without this scan.
-                let room = a.entry(self.leak_scans.is_empty(), |_| b'0').len();
-                j.write_all(&vec![b' '; room])?;
+                let blank = [b' '; 4096];
+                let mut left = a.entry_len(self.leak_scans.is_empty());
+                while left > 0 {
+                    let n = left.min(blank.len() as u64) as usize;
+                    j.write_all(&blank[..n])?;
+                    left -= n as u64;
+                }
             }
             j.write_all(b"]")?;
         }
@@ -620,6 +625,17 @@ fn scan_entry(
     time_ns: u64,
     block: impl Fn(usize) -> Option<(u64, u8)>,
 ) {
+    scan_entry_head(out, first, event_seq, time_ns);
+    let mut n = 0;
+    while let Some((addr, kind)) = block(n) {
+        block_entry(out, n, addr, kind);
+        n += 1;
+    }
+    out.extend_from_slice(b"]}");
+}
+
+/// What comes before the first block of a `leak_scans` entry.
+fn scan_entry_head(out: &mut Vec<u8>, first: bool, event_seq: u64, time_ns: u64) {
     if !first {
         out.push(b',');
     }
@@ -629,19 +645,19 @@ fn scan_entry(
     out.extend_from_slice(b",\"time_ns\":");
     out.extend_from_slice(d.of(time_ns));
     out.extend_from_slice(b",\"blocks\":[");
-    let mut n = 0;
-    while let Some((addr, kind)) = block(n) {
-        if n > 0 {
-            out.push(b',');
-        }
-        out.push(b'[');
-        out.extend_from_slice(d.of(addr));
+}
+
+/// Block `n` of a `leak_scans` entry: `[address,kind]`, after a comma
+/// unless it is the first.
+fn block_entry(out: &mut Vec<u8>, n: usize, addr: u64, kind: u8) {
+    if n > 0 {
         out.push(b',');
-        out.push(kind);
-        out.push(b']');
-        n += 1;
     }
-    out.extend_from_slice(b"]}");
+    out.push(b'[');
+    out.extend_from_slice(Digits::new().of(addr));
+    out.push(b',');
+    out.push(kind);
+    out.push(b']');
 }
 
 /// A leak scan the file keeps room for: where it sits in the stream, and
@@ -669,14 +685,39 @@ impl AwaitedScan {
             .get_or_init(|| self.list.take().map_or_else(Vec::new, |f| f()))
     }
 
-    /// Its `leak_scans` entry, each block's kind digit from `kind(n)`.
-    fn entry(&self, first: bool, kind: impl Fn(usize) -> u8) -> Vec<u8> {
+    /// The length of its `leak_scans` entry (a kind is one digit).
+    fn entry_len(&self, first: bool) -> u64 {
+        let mut head = Vec::new();
+        scan_entry_head(&mut head, first, self.event_seq, self.time_ns);
+        let digits = |a: u64| a.checked_ilog10().unwrap_or(0) as u64 + 1;
         let blocks = self.blocks();
-        let mut out = Vec::with_capacity(64 + blocks.len() * 18);
-        scan_entry(&mut out, first, self.event_seq, self.time_ns, |n| {
-            blocks.get(n).map(|&a| (a, kind(n)))
-        });
-        out
+        // `[address,k]` and a comma between two; `]}` at the end.
+        let each: u64 = blocks.iter().map(|&a| digits(a) + 4).sum();
+        head.len() as u64 + each + (blocks.len() as u64).saturating_sub(1) + 2
+    }
+
+    /// Writes its `leak_scans` entry with `put(offset, bytes)` in pieces
+    /// of about 64 KiB, each block's kind digit from `kind(n)`.
+    fn put_entry(
+        &self,
+        first: bool,
+        kind: impl Fn(usize) -> u8,
+        put: &mut dyn FnMut(u64, &[u8]) -> io::Result<()>,
+    ) -> io::Result<()> {
+        const PIECE: usize = 64 * 1024;
+        let mut buf = Vec::with_capacity(PIECE + 64);
+        let mut at = 0u64;
+        scan_entry_head(&mut buf, first, self.event_seq, self.time_ns);
+        for (n, &a) in self.blocks().iter().enumerate() {
+            block_entry(&mut buf, n, a, kind(n));
+            if buf.len() >= PIECE {
+                put(at, &buf)?;
+                at += buf.len() as u64;
+                buf.clear();
+            }
+        }
+        buf.extend_from_slice(b"]}");
+        put(at, &buf)
     }
 }
 
@@ -703,8 +744,11 @@ impl ClassesLater for ClassesRoom {
                 ),
             ));
         }
-        let entry = self.scan.entry(self.first, |n| b'0' + kinds[n].code());
-        (self.patcher)(self.at, &entry)
+        let (at, patcher) = (self.at, &mut self.patcher);
+        self.scan
+            .put_entry(self.first, |n| b'0' + kinds[n].code(), &mut |off, bytes| {
+                patcher(at + off, bytes)
+            })
     }
 }
 
@@ -1310,7 +1354,7 @@ impl<W: Write> Writer<W> {
             (true, Some(len), Some(scan), Some(patcher)) => {
                 let first = self.t.leak_scans.is_empty();
                 // The entry is followed by the list's `]` and the two `}`.
-                let entry = scan.entry(first, |_| b'0').len() as u64;
+                let entry = scan.entry_len(first);
                 let at = HEADER_LEN as u64 + u64::from(len) - 3 - entry;
                 Some(ClassesRoom {
                     scan,
