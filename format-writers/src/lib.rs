@@ -68,9 +68,8 @@ pub trait TraceWriter: Send {
         false
     }
     /// Finishes the file now, keeping room for one leak scan, after every
-    /// event written, at `time_ns`, over the blocks at the addresses
-    /// `blocks` gives (asked for once the rest of the metadata is written;
-    /// in the order their classes will come): the same bytes as `LeakScan` and a
+    /// event written, at `time_ns`, over the blocks at `blocks` (in the
+    /// order their classes will come): the same bytes as `LeakScan` and a
     /// `BlockClass` per block written before `finish`, once the returned
     /// [`ClassesLater`] has written the classes; until then the room is
     /// blank and the file reads as a trace without that scan. For the
@@ -79,16 +78,12 @@ pub trait TraceWriter: Send {
     fn finish_before_classes(
         self: Box<Self>,
         time_ns: u64,
-        blocks: BlockList,
+        blocks: Vec<u64>,
     ) -> std::io::Result<Box<dyn ClassesLater>> {
         let _ = (time_ns, blocks);
         Err(std::io::ErrorKind::Unsupported.into())
     }
 }
-
-/// The blocks of a scan whose classes come later, asked for when the
-/// writer gets to them ([`TraceWriter::finish_before_classes`]).
-pub type BlockList = Box<dyn FnOnce() -> Vec<u64> + Send>;
 
 /// The classes of a leak scan a finished file keeps room for
 /// ([`TraceWriter::finish_before_classes`]).

@@ -203,10 +203,7 @@ fn finished_before_classes(
     }
     let w: Box<dyn TraceWriter> = Box::new(w);
     assert!(w.finishes_before_classes());
-    let blocks = blocks.to_vec();
-    let later = w
-        .finish_before_classes(time_ns, Box::new(move || blocks))
-        .unwrap();
+    let later = w.finish_before_classes(time_ns, blocks.to_vec()).unwrap();
     (path, spool, later)
 }
 
@@ -282,7 +279,7 @@ fn mlyze_in_memory_cannot_finish_before_classes() {
     let w: Box<dyn TraceWriter> = Box::new(mlyze::Writer::new(Vec::new()));
     assert!(!w.finishes_before_classes());
     let e = w
-        .finish_before_classes(1, Box::new(|| vec![16]))
+        .finish_before_classes(1, vec![16])
         .err()
         .expect("an error");
     assert_eq!(e.kind(), std::io::ErrorKind::Unsupported);

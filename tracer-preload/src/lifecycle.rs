@@ -760,23 +760,43 @@ fn spawn_writer(job: Box<Job>) -> Result<libc::pthread_t, i32> {
         Box::into_raw(Box::new(rx)).cast()
     }
     let arg = Box::into_raw(job);
-    // SAFETY: the signal sets are valid locals; the new thread takes ownership
-    // of `arg` (reclaimed below if it could not be created).
+    // SAFETY: the new thread takes ownership of `arg` (reclaimed below if
+    // it could not be created).
     unsafe {
-        let mut all: libc::sigset_t = core::mem::zeroed();
-        let mut old: libc::sigset_t = core::mem::zeroed();
-        libc::sigfillset(&mut all);
-        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
-        let mut t: libc::pthread_t = 0;
-        let rc = libc::pthread_create(&mut t, core::ptr::null(), writer_main, arg.cast());
-        libc::pthread_sigmask(libc::SIG_SETMASK, &old, core::ptr::null_mut());
-        if rc != 0 {
-            drop(Box::from_raw(arg));
-            return Err(rc);
+        match create_thread(core::ptr::null(), writer_main, arg.cast(), c"libtracer") {
+            Ok(t) => Ok(t),
+            Err(rc) => {
+                drop(Box::from_raw(arg));
+                Err(rc)
+            }
         }
-        libc::pthread_setname_np(t, c"libtracer".as_ptr());
-        Ok(t)
     }
+}
+
+/// `pthread_create` with every signal blocked in the new thread (the
+/// program's handlers never run on the tracer's threads), named `name`.
+///
+/// # Safety
+/// As `pthread_create`: `attr` null or initialised, `arg` what `start`
+/// expects.
+unsafe fn create_thread(
+    attr: *const libc::pthread_attr_t,
+    start: extern "C" fn(*mut libc::c_void) -> *mut libc::c_void,
+    arg: *mut libc::c_void,
+    name: &core::ffi::CStr,
+) -> Result<libc::pthread_t, i32> {
+    let mut all: libc::sigset_t = core::mem::zeroed();
+    let mut old: libc::sigset_t = core::mem::zeroed();
+    libc::sigfillset(&mut all);
+    libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+    let mut t: libc::pthread_t = 0;
+    let rc = libc::pthread_create(&mut t, attr, start, arg);
+    libc::pthread_sigmask(libc::SIG_SETMASK, &old, core::ptr::null_mut());
+    if rc != 0 {
+        return Err(rc);
+    }
+    libc::pthread_setname_np(t, name.as_ptr());
+    Ok(t)
 }
 
 /// What a thread of [`alongside`] is given and gives back.
@@ -821,7 +841,7 @@ pub fn alongside<'a, T: Send, R>(
     // SAFETY: an anonymous private mapping of our own, unmapped only after
     // the thread is joined (or at once when it could not be made); the
     // attribute is initialised before use and destroyed after; the slot
-    // lives on this frame until the join below; signal sets are locals.
+    // lives on this frame until the join below.
     let thread = unsafe {
         let stack = libc::mmap(
             core::ptr::null_mut(),
@@ -837,22 +857,16 @@ pub fn alongside<'a, T: Send, R>(
             let mut attr: libc::pthread_attr_t = core::mem::zeroed();
             libc::pthread_attr_init(&mut attr);
             libc::pthread_attr_setstack(&mut attr, stack, ALONGSIDE_STACK);
-            let mut all: libc::sigset_t = core::mem::zeroed();
-            let mut old: libc::sigset_t = core::mem::zeroed();
-            libc::sigfillset(&mut all);
-            libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
-            let mut t: libc::pthread_t = 0;
             crate::scan::BESIDE.fetch_add(1, Ordering::AcqRel);
-            let rc = libc::pthread_create(&mut t, &attr, start::<T>, arg.cast());
-            libc::pthread_sigmask(libc::SIG_SETMASK, &old, core::ptr::null_mut());
+            let made = create_thread(&attr, start::<T>, arg.cast(), c"libtracer-exit");
             libc::pthread_attr_destroy(&mut attr);
-            if rc == 0 {
-                libc::pthread_setname_np(t, c"libtracer-exit".as_ptr());
-                Some((t, stack))
-            } else {
-                crate::scan::BESIDE.fetch_sub(1, Ordering::AcqRel);
-                libc::munmap(stack, ALONGSIDE_STACK);
-                None
+            match made {
+                Ok(t) => Some((t, stack)),
+                Err(_) => {
+                    crate::scan::BESIDE.fetch_sub(1, Ordering::AcqRel);
+                    libc::munmap(stack, ALONGSIDE_STACK);
+                    None
+                }
             }
         }
     };

@@ -1105,7 +1105,7 @@ impl State {
             );
             let r = match failed {
                 Some(e) => Err(e),
-                None => w.finish_before_classes(time_ns, Box::new(move || blocks)),
+                None => w.finish_before_classes(time_ns, blocks),
             };
             for &slot in &spool_slots {
                 fds::release(slot);

@@ -27,7 +27,7 @@ use crate::fasthash::FastMap;
 use crate::model::{
     Event, Frame, LeakKind, Object, Process, Record, StackId, Symbol, Thread, ThreadId,
 };
-use crate::{output, BlockList, ClassesLater, TraceWriter};
+use crate::{output, ClassesLater, TraceWriter};
 
 /// Function name of the entry unresolved frames point at.
 pub(super) const UNRESOLVED_NAME: &str = "??";
@@ -665,32 +665,16 @@ fn block_entry(out: &mut Vec<u8>, n: usize, addr: u64, kind: u8) {
 struct AwaitedScan {
     event_seq: u64,
     time_ns: u64,
-    /// Asked for when first needed (the metadata's last part).
-    list: std::cell::Cell<Option<BlockList>>,
-    blocks: std::cell::OnceCell<Vec<u64>>,
+    blocks: Vec<u64>,
 }
 
 impl AwaitedScan {
-    fn new(event_seq: u64, time_ns: u64, list: BlockList) -> AwaitedScan {
-        AwaitedScan {
-            event_seq,
-            time_ns,
-            list: std::cell::Cell::new(Some(list)),
-            blocks: std::cell::OnceCell::new(),
-        }
-    }
-
-    fn blocks(&self) -> &[u64] {
-        self.blocks
-            .get_or_init(|| self.list.take().map_or_else(Vec::new, |f| f()))
-    }
-
     /// The length of its `leak_scans` entry (a kind is one digit).
     fn entry_len(&self, first: bool) -> u64 {
         let mut head = Vec::new();
         scan_entry_head(&mut head, first, self.event_seq, self.time_ns);
         let digits = |a: u64| a.checked_ilog10().unwrap_or(0) as u64 + 1;
-        let blocks = self.blocks();
+        let blocks = &self.blocks;
         // `[address,k]` and a comma between two; `]}` at the end.
         let each: u64 = blocks.iter().map(|&a| digits(a) + 4).sum();
         head.len() as u64 + each + (blocks.len() as u64).saturating_sub(1) + 2
@@ -708,7 +692,7 @@ impl AwaitedScan {
         let mut buf = Vec::with_capacity(PIECE + 64);
         let mut at = 0u64;
         scan_entry_head(&mut buf, first, self.event_seq, self.time_ns);
-        for (n, &a) in self.blocks().iter().enumerate() {
+        for (n, &a) in self.blocks.iter().enumerate() {
             block_entry(&mut buf, n, a, kind(n));
             if buf.len() >= PIECE {
                 put(at, &buf)?;
@@ -734,13 +718,13 @@ struct ClassesRoom {
 
 impl ClassesLater for ClassesRoom {
     fn write(mut self: Box<Self>, kinds: &[LeakKind]) -> io::Result<()> {
-        if kinds.len() != self.scan.blocks().len() {
+        if kinds.len() != self.scan.blocks.len() {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 format!(
                     "mlyze: {} classes for the {} blocks of the scan",
                     kinds.len(),
-                    self.scan.blocks().len()
+                    self.scan.blocks.len()
                 ),
             ));
         }
@@ -1291,12 +1275,16 @@ impl<W: Write> Writer<W> {
     /// after every event, blank meanwhile) and returns it.
     fn finish_awaiting(
         mut self,
-        awaited: Option<(u64, BlockList)>,
+        awaited: Option<(u64, Vec<u64>)>,
     ) -> io::Result<Option<ClassesRoom>> {
         let in_log = self.replay_spool()?;
         let awaiting = awaited.is_some();
-        let seq = self.seq;
-        self.t.awaited = awaited.map(|(time_ns, list)| AwaitedScan::new(seq, time_ns, list));
+        let event_seq = self.seq;
+        self.t.awaited = awaited.map(|(time_ns, blocks)| AwaitedScan {
+            event_seq,
+            time_ns,
+            blocks,
+        });
         let Writer {
             out,
             t,
@@ -1597,7 +1585,7 @@ impl<W: Write + Send> TraceWriter for Writer<W> {
     fn finish_before_classes(
         self: Box<Self>,
         time_ns: u64,
-        blocks: BlockList,
+        blocks: Vec<u64>,
     ) -> io::Result<Box<dyn ClassesLater>> {
         if !self.finishes_before_classes() {
             return Err(io::ErrorKind::Unsupported.into());
