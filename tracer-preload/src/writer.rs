@@ -1059,18 +1059,8 @@ impl State {
         let replay_us = self.replay_sizes(ctl);
         self.drain_syscalls();
         self.stack_stats();
-        let fresh = self.objects.rescan();
-        self.emit_objects(fresh);
-        let objects = self.objects.objects();
-        let addrs: Vec<u64> = std::mem::take(&mut self.addresses).into_iter().collect();
+        let (objects, addrs, mode) = self.what_to_name();
         let naming = addrs.len();
-        // Out of memory: the debug information of every object would not
-        // fit; the addresses stay, with the objects to resolve them later.
-        let mode = if crate::alloc::exhausted() {
-            Symbolize::None
-        } else {
-            self.symbolize
-        };
         let executable = self.executable.clone();
         let time_ns = self.time(sys::now_ns());
         let Some(Output {
@@ -1192,16 +1182,36 @@ impl State {
     /// The objects loaded now, and the names of every stack address (as
     /// `TRACER_SYMBOLIZE` asks); returns how many addresses were asked.
     fn name_addresses(&mut self, ctl: &Control) -> usize {
+        let (objects, mut addrs, mode) = self.what_to_name();
+        let executable = self.executable.clone();
+        address_symbols(
+            mode,
+            &executable,
+            &objects,
+            &mut addrs,
+            Some(&ctl.progress),
+            &mut |r| {
+                self.emit(&r);
+                !self.failed
+            },
+        );
+        addrs.len()
+    }
+
+    /// What the exit names: the objects loaded now (reported if new), every
+    /// stack address, and how (`TRACER_SYMBOLIZE`; not at all out of memory,
+    /// where the debug information of every object would not fit: the
+    /// addresses stay, with the objects to resolve them later).
+    fn what_to_name(&mut self) -> (Vec<Object>, Vec<u64>, Symbolize) {
         let fresh = self.objects.rescan();
         self.emit_objects(fresh);
-        let mut addrs: Vec<u64> = std::mem::take(&mut self.addresses).into_iter().collect();
-        let objects = self.objects.objects();
-        // Out of memory: the debug information of every object would not
-        // fit; the addresses stay, with the objects to resolve them later.
-        if !crate::alloc::exhausted() {
-            self.symbolize(&objects, &mut addrs, Some(ctl));
-        }
-        addrs.len()
+        let addrs: Vec<u64> = std::mem::take(&mut self.addresses).into_iter().collect();
+        let mode = if crate::alloc::exhausted() {
+            Symbolize::None
+        } else {
+            self.symbolize
+        };
+        (self.objects.objects(), addrs, mode)
     }
 
     /// `drained`: when the last message was taken (the exit's statistics).

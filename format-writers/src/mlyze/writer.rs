@@ -594,9 +594,11 @@ impl Tables {
             let mut entry = Vec::new();
             for (k, scan) in self.leak_scans.iter().enumerate() {
                 entry.clear();
-                scan_entry(&mut entry, k == 0, scan.event_seq, scan.time_ns, |n| {
-                    scan.blocks.get(n).map(|&(a, kind)| (a, b'0' + kind.code()))
-                });
+                scan_entry_head(&mut entry, k == 0, scan.event_seq, scan.time_ns);
+                for (n, &(a, kind)) in scan.blocks.iter().enumerate() {
+                    block_entry(&mut entry, n, a, b'0' + kind.code());
+                }
+                entry.extend_from_slice(b"]}");
                 j.write_all(&entry)?;
             }
             if let Some(a) = &self.awaited {
@@ -615,26 +617,8 @@ impl Tables {
     }
 }
 
-/// One entry of `leak_scans` appended to `out` (after a comma unless
-/// `first`): `block(n)` gives the address and kind digit of block `n`, `None`
-/// after the last.
-fn scan_entry(
-    out: &mut Vec<u8>,
-    first: bool,
-    event_seq: u64,
-    time_ns: u64,
-    block: impl Fn(usize) -> Option<(u64, u8)>,
-) {
-    scan_entry_head(out, first, event_seq, time_ns);
-    let mut n = 0;
-    while let Some((addr, kind)) = block(n) {
-        block_entry(out, n, addr, kind);
-        n += 1;
-    }
-    out.extend_from_slice(b"]}");
-}
-
-/// What comes before the first block of a `leak_scans` entry.
+/// What comes before the first block of a `leak_scans` entry (after a
+/// comma unless it is the `first`); `]}` closes it after the last block.
 fn scan_entry_head(out: &mut Vec<u8>, first: bool, event_seq: u64, time_ns: u64) {
     if !first {
         out.push(b',');
