@@ -2047,9 +2047,33 @@ fn own_maps() -> String {
         .unwrap_or_default()
 }
 
+/// The live blocks, sorted by address with their sizes, and the kind of
+/// each, in the same order: the scan's own list, not a copy of it (16
+/// bytes a block more at the exit's largest: 1.1 MB for cc1plus's 71,000).
+#[derive(Default)]
+pub struct Classes {
+    blocks: Vec<(u64, u64)>,
+    kinds: Vec<LeakKind>,
+}
+
+impl Classes {
+    /// Each block's address and kind.
+    pub fn iter(&self) -> impl Iterator<Item = (u64, LeakKind)> + '_ {
+        self.blocks
+            .iter()
+            .map(|b| b.0)
+            .zip(self.kinds.iter().copied())
+    }
+
+    /// The kinds, in the blocks' order.
+    pub fn kinds(&self) -> &[LeakKind] {
+        &self.kinds
+    }
+}
+
 /// Classifies every live block; returns them sorted by address. Runs on the
 /// writer thread, which must be marked as the tracer's own.
-pub fn run(live: &mut Live, at: &ExitPoint) -> (Vec<(u64, LeakKind)>, Stats) {
+pub fn run(live: &mut Live, at: &ExitPoint) -> (Classes, Stats) {
     run_with(live, at, &mut |_, mark| mark())
 }
 
@@ -2063,11 +2087,7 @@ pub type Around<'a> = dyn FnMut(&[(u64, u64)], &mut dyn FnMut()) + 'a;
 /// mappings nor the threads the scan looked at, so its stack is no root (it
 /// must not unmap memory it did not map itself, nor free blocks of the
 /// program). Not called when no block is live.
-pub fn run_with(
-    live: &mut Live,
-    at: &ExitPoint,
-    around: &mut Around<'_>,
-) -> (Vec<(u64, LeakKind)>, Stats) {
+pub fn run_with(live: &mut Live, at: &ExitPoint, around: &mut Around<'_>) -> (Classes, Stats) {
     let begun = sys::now_ns();
     let maps = parse_maps(&own_maps());
     let readable: Vec<(u64, u64)> = maps
@@ -2092,7 +2112,7 @@ pub fn run_with(
             nanos: sys::now_ns().saturating_sub(begun),
             ..Stats::default()
         };
-        return (Vec::new(), stats);
+        return (Classes::default(), stats);
     }
     let mut classifier = Classifier::new(&blocks);
     let (extent, writer_stack) = tcb_extent(&maps);
@@ -2168,14 +2188,13 @@ pub fn run_with(
     } else {
         let _ = HOLD.compare_exchange(HELD, DONE, Ordering::AcqRel, Ordering::Acquire);
     }
-    let out = blocks.iter().map(|b| b.0).zip(kinds).collect();
     let stats = Stats {
         blocks: blocks.len(),
         root_bytes,
         nanos: sys::now_ns().saturating_sub(begun),
         direct: fast,
     };
-    (out, stats)
+    (Classes { blocks, kinds }, stats)
 }
 
 /// Whether a mapping's file is the C library (`libc.so.6`, or a versioned

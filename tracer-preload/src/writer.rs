@@ -980,7 +980,7 @@ impl State {
         self.scan_stats(&stats, replay_us);
         let time_ns = self.time(sys::now_ns());
         self.emit(&Record::LeakScan { time_ns });
-        for (address, kind) in classes {
+        for (address, kind) in classes.iter() {
             self.emit(&Record::BlockClass { address, kind });
         }
     }
@@ -1128,8 +1128,7 @@ impl State {
             (None, Some(f), Some(w)) => f(w, Vec::new()),
             _ => unreachable!("the file is written once"),
         };
-        let kinds: Vec<format_writers::LeakKind> = classes.iter().map(|c| c.1).collect();
-        let ok = later.and_then(|l| l.write(&kinds)).is_ok();
+        let ok = later.and_then(|l| l.write(classes.kinds())).is_ok();
         for &slot in &slots {
             fds::release(slot);
         }
