@@ -61,7 +61,7 @@ struct Entry {
 /// never freed (a thread may still read one it loaded): at most 2.6 MiB in
 /// all.
 struct Table {
-    entries: Box<[Entry]>,
+    entries: &'static [Entry],
     /// Rules computed into this table.
     computed: AtomicU64,
 }
@@ -69,12 +69,7 @@ struct Table {
 impl Table {
     fn new(slots: usize) -> Table {
         Table {
-            entries: (0..slots)
-                .map(|_| Entry {
-                    key: AtomicU64::new(0),
-                    val: AtomicU64::new(0),
-                })
-                .collect(),
+            entries: empty_entries(slots),
             computed: AtomicU64::new(0),
         }
     }
@@ -137,6 +132,29 @@ pub fn decode(ip: u64, v: u64) -> Option<Rule> {
         KIND_COMPLEX => Some(Rule::Complex),
         _ => None,
     }
+}
+
+/// `slots` empty entries, never freed, in a mapping of their own rather
+/// than the program's heap: tables are made on the program's threads (in
+/// our constructor, and by the capture that fills one), so they went into
+/// the program's arena (cc1plus's two: 0.64 MB of it at exit) and moved
+/// where its own blocks go. The heap serves only when the mapping fails.
+fn empty_entries(slots: usize) -> &'static [Entry] {
+    if let Some(map) = crate::sys::Mapped::zeroed(slots * core::mem::size_of::<Entry>()) {
+        let p = map.leak().cast::<Entry>();
+        // SAFETY: a fresh zeroed mapping of `slots` entries (zero is a valid
+        // `AtomicU64`, and a page is aligned for it), never unmapped, shared
+        // only as this shared slice.
+        return unsafe { core::slice::from_raw_parts(p, slots) };
+    }
+    Box::leak(
+        (0..slots)
+            .map(|_| Entry {
+                key: AtomicU64::new(0),
+                val: AtomicU64::new(0),
+            })
+            .collect(),
+    )
 }
 
 /// Prepares the cache; called from our constructor (allocates, looks up
@@ -246,7 +264,8 @@ fn grow(home: &AtomicPtr<Table>, old: &Table) {
         .is_err()
     {
         // Replaced meanwhile (code unloaded does not replace it: only this
-        // does, once per table): ours is not needed.
+        // does, once per table): ours is not needed (its entries stay
+        // mapped, never written: no memory).
         // SAFETY: `new` came from Box::into_raw above and was never shared.
         drop(unsafe { Box::from_raw(new) });
     }
