@@ -195,6 +195,31 @@ fn killed_by_sigterm_the_trace_is_finished() {
     assert_trace_figures(&trace, CRASH, "crash term");
 }
 
+/// `examples/killed.c`: 100 allocations of 48 bytes, 40 freed, then a
+/// pause and SIGKILL.
+const KILLED: Figures = Figures::new(100, 40, 4_800, 2_880, 60);
+
+/// Killed by SIGKILL after 300 ms: no handler of ours runs, so the trace is
+/// the spool the writer flushed, recovered with every event. A short
+/// process's spool is only made once it is 10 ms old (or about to die of a
+/// signal we see): this one must have it by then.
+#[test]
+fn killed_by_sigkill_after_a_pause_the_spool_holds_every_event() {
+    let cmd = Cmd::new(example("killed"));
+    let plain = cmd.run_plain();
+    let mut run = run_traced(&cmd, &[]);
+    assert_same_behaviour(&plain, &run, "killed");
+    assert_eq!(status_text(&run.output.status), "signal 9");
+    assert_eq!(
+        recover_spools(&mut run),
+        1,
+        "one spool left: {:?}",
+        spools(&run.dir)
+    );
+    let trace = single_trace(&run);
+    assert_trace_figures(&trace, KILLED, "killed");
+}
+
 /// The program's own SIGSEGV handler replaces ours and runs (exit status 3).
 #[test]
 fn crash_handled_traced() {

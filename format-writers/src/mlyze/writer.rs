@@ -1551,7 +1551,12 @@ impl<W: Write + Send> TraceWriter for Writer<W> {
     }
 
     fn flush(&mut self) -> io::Result<()> {
-        self.spill()
+        self.spill()?;
+        // A spool that holds its bytes until told may keep them no longer.
+        match &mut self.spool {
+            Some(sp) => sp.file.io().flush(),
+            None => Ok(()),
+        }
     }
 
     fn finish(self: Box<Self>) -> io::Result<()> {
