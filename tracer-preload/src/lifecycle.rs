@@ -428,9 +428,9 @@ fn disable() {
 
 /// The executable's file name, for `%e`.
 fn exe_name() -> String {
-    std::fs::read_link("/proc/self/exe")
-        .ok()
-        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+    std::path::Path::new(sys::exe_path())
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "unknown".to_string())
 }
 
@@ -747,9 +747,7 @@ fn append_manifest(manifest: &str, path: &std::path::Path) {
 }
 
 fn process_record(pid: u32) -> Process {
-    let executable = std::fs::read_link("/proc/self/exe")
-        .map(|p| p.display().to_string())
-        .unwrap_or_default();
+    let executable = sys::exe_path().to_string();
     let command_line = std::fs::read("/proc/self/cmdline")
         .map(|b| {
             b.split(|&c| c == 0)

@@ -138,12 +138,10 @@ fn scan() -> Vec<Object> {
     loader_section(|| unsafe {
         libc::dl_iterate_phdr(Some(callback), (&mut out as *mut Vec<Object>).cast());
     });
-    let exe = std::fs::read_link("/proc/self/exe")
-        .map(|p| p.display().to_string())
-        .unwrap_or_default();
+    let exe = crate::sys::exe_path();
     for o in &mut out {
         if o.path.is_empty() {
-            o.path = exe.clone();
+            o.path = exe.to_string();
         }
     }
     out

@@ -437,6 +437,19 @@ fn six(args: &[c_long]) -> [c_long; 6] {
     a
 }
 
+/// The executable's path (`/proc/self/exe`; empty when unreadable), read
+/// once: only an `exec` changes it, and that loads this library anew. Each
+/// read is a path walk through procfs (~25 us here), and a traced process
+/// asked three times at start and once more at every look at its objects.
+pub fn exe_path() -> &'static str {
+    static EXE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    EXE.get_or_init(|| {
+        std::fs::read_link("/proc/self/exe")
+            .map(|p| p.display().to_string())
+            .unwrap_or_default()
+    })
+}
+
 /// Duplicates `fd` to the lowest free descriptor >= `min`, close-on-exec.
 pub fn dup_high(fd: c_int, min: c_int) -> c_int {
     // SAFETY: fcntl(F_DUPFD_CLOEXEC) takes an integer argument only.
