@@ -518,3 +518,30 @@ fn a_crowded_exit_writes_the_trace_beside_the_scan_with_the_same_classes() {
     assert_eq!((b.classes, b.unclassified, b.stray), (expected, 0, 0));
     assert_eq!(blocks(&a), blocks(&b));
 }
+
+/// Where `process_vm_readv` is refused (a container's seccomp profile may
+/// withhold it), the scan copies what `/proc/self/maps` lists as readable
+/// directly. `examples/scan/no_vm_readv.c` runs the crowd of blocks with
+/// the call answering EPERM: the same classes as valgrind's (fails with the
+/// list of readable ranges left empty: 507 blocks "definitely lost").
+#[test]
+fn refused_process_vm_readv_the_scan_copies_directly_with_the_same_classes() {
+    let expected = classes((1_032, 11), (63_968, 1_999), (320, 5), (119_952, 3_000));
+    let launcher = example("scan/no_vm_readv");
+    let crowd = example("leaks/crowd");
+    let run = run_traced(&Cmd::new(&launcher).arg(&crowd), &[]);
+    assert!(run.output.status.success(), "{}", run.stderr());
+    // The launcher's trace (nothing live) and the crowd's.
+    let scans: Vec<ScanResult> = run
+        .files
+        .iter()
+        .filter(|f| f.extension().is_some_and(|e| e == "mlyze"))
+        .map(|f| read_scan(f).unwrap_or_else(|e| panic!("{e}")))
+        .collect();
+    assert_eq!(scans.len(), 2, "{:?}", run.files);
+    let s = scans
+        .iter()
+        .find(|s| s.blocks.len() == 5_015)
+        .unwrap_or_else(|| panic!("the crowd's scan: {:?}", run.files));
+    assert_eq!((s.classes, s.unclassified, s.stray), (expected, 0, 0));
+}

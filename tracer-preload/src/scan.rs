@@ -131,7 +131,7 @@ impl ExitPoint {
         let mut mem = SelfMemory {
             pid: sys::raw_gettid() as i32,
             direct: false,
-            readable: &[],
+            readable: Some(Vec::new()),
             fast: Vec::new(),
         };
         let n = mem.read(self.sp, &mut buf) as u64;
@@ -830,17 +830,19 @@ pub trait Memory {
 }
 
 /// The process's own memory (see the module documentation).
-struct SelfMemory<'a> {
+struct SelfMemory {
     pid: i32,
     /// `process_vm_readv` was refused: read directly inside `readable`.
     direct: bool,
-    readable: &'a [(u64, u64)],
+    /// The ranges `/proc/self/maps` lists as readable (anonymous, special
+    /// or writable), read when the kernel first refuses (`None` until then).
+    readable: Option<Vec<(u64, u64)>>,
     /// Anonymous mappings (sorted) whose batched block reads are plain
     /// copies: set only while nothing else can unmap memory ([`hold_exit`]).
     fast: Vec<(u64, u64)>,
 }
 
-impl SelfMemory<'_> {
+impl SelfMemory {
     fn vm_read(&self, addr: u64, buf: &mut [u8]) -> isize {
         let local = libc::iovec {
             iov_base: buf.as_mut_ptr().cast(),
@@ -867,7 +869,7 @@ impl SelfMemory<'_> {
     }
 }
 
-impl SelfMemory<'_> {
+impl SelfMemory {
     /// Whether [addr, addr + len) lies inside one of the `fast` mappings.
     fn fast_contains(&self, addr: u64, len: usize) -> bool {
         let i = self.fast.partition_point(|m| m.0 <= addr);
@@ -893,7 +895,7 @@ impl SelfMemory<'_> {
     }
 }
 
-impl Memory for SelfMemory<'_> {
+impl Memory for SelfMemory {
     fn read_many(&mut self, ranges: &[(u64, usize)], buf: &mut [u8]) -> usize {
         if !self.fast.is_empty() && ranges.iter().all(|&(a, len)| self.fast_contains(a, len)) {
             let mut off = 0;
@@ -960,11 +962,10 @@ impl Memory for SelfMemory<'_> {
             self.direct = true;
         }
         let end = addr.saturating_add(buf.len() as u64);
-        let Some(&(_, hi)) = self
+        let readable = self
             .readable
-            .iter()
-            .find(|&&(lo, hi)| addr >= lo && addr < hi)
-        else {
+            .get_or_insert_with(|| readable_ranges(&parse_maps(&own_maps())));
+        let Some(&(_, hi)) = readable.iter().find(|&&(lo, hi)| addr >= lo && addr < hi) else {
             return 0;
         };
         let n = (end.min(hi) - addr) as usize;
@@ -973,6 +974,15 @@ impl Memory for SelfMemory<'_> {
         unsafe { core::ptr::copy_nonoverlapping(addr as usize as *const u8, buf.as_mut_ptr(), n) };
         n
     }
+}
+
+/// The ranges of `maps` a direct read may copy from: readable anonymous
+/// or special (`[heap]`, `[stack]`) mappings, and writable ones.
+fn readable_ranges(maps: &[Mapping]) -> Vec<(u64, u64)> {
+    maps.iter()
+        .filter(|m| m.read && (m.anonymous() || m.path.starts_with('[') || m.write))
+        .map(|m| (m.start, m.end))
+        .collect()
 }
 
 /// [`Memory::read_many`] one range at a time.
@@ -2089,18 +2099,12 @@ pub type Around<'a> = dyn FnMut(&[(u64, u64)], &mut dyn FnMut()) + 'a;
 /// program). Not called when no block is live.
 pub fn run_with(live: &mut Live, at: &ExitPoint, around: &mut Around<'_>) -> (Classes, Stats) {
     let begun = sys::now_ns();
-    let maps = parse_maps(&own_maps());
-    let readable: Vec<(u64, u64)> = maps
-        .iter()
-        .filter(|m| m.read && (m.anonymous() || m.path.starts_with('[') || m.write))
-        .map(|m| (m.start, m.end))
-        .collect();
     let mut mem = SelfMemory {
         // This thread's id, not the process's: the kernel reads the memory
         // of the task named, and an exited main thread has none.
         pid: sys::raw_gettid() as i32,
         direct: false,
-        readable: &readable,
+        readable: None,
         fast: Vec::new(),
     };
     let blocks = live.take_sorted(&mut mem);
@@ -2115,10 +2119,8 @@ pub fn run_with(live: &mut Live, at: &ExitPoint, around: &mut Around<'_>) -> (Cl
         return (Classes::default(), stats);
     }
     let mut classifier = Classifier::new(&blocks);
-    let (extent, writer_stack) = tcb_extent(&maps);
     let mut excluded = own_writable();
     excluded.extend(classifier.own_ranges());
-    excluded.extend(writer_stack);
     excluded.extend(crate::lane::ranges());
     let (mut sps, unknown) = other_threads(&[at.tid, sys::raw_gettid()]);
     let alone = sps.is_empty() && unknown == 0;
@@ -2139,15 +2141,18 @@ pub fn run_with(live: &mut Live, at: &ExitPoint, around: &mut Around<'_>) -> (Cl
         && HOLD
             .compare_exchange(HELD, SCANNING, Ordering::AcqRel, Ordering::Acquire)
             .is_ok();
-    let snapshot = fast.then(|| {
-        let text = own_maps();
-        let maps = parse_maps(&text);
-        (text, maps)
-    });
-    let maps = snapshot.as_ref().map_or(&maps, |(_, m)| m);
-    if snapshot.is_some() {
-        mem.fast = fast_mappings(maps);
+    // The mappings are read once, here: the snapshot when `fast` (it used
+    // to be a second read, after one at the start for the survivors' sizes,
+    // which the kernel reads now, or the list of readable ranges, read only
+    // where the kernel refuses).
+    let text = own_maps();
+    let maps = parse_maps(&text);
+    let (extent, writer_stack) = tcb_extent(&maps);
+    excluded.extend(writer_stack);
+    if fast {
+        mem.fast = fast_mappings(&maps);
     }
+    let maps = &maps;
     let plan = RootPlan {
         blocks: &blocks,
         excluded: &excluded,
@@ -2183,7 +2188,7 @@ pub fn run_with(live: &mut Live, at: &ExitPoint, around: &mut Around<'_>) -> (Cl
     let kinds = kinds.unwrap_or_default();
     if fast {
         mem.fast.clear();
-        drop(snapshot);
+        drop(text);
         HOLD.store(DONE, Ordering::Release);
     } else {
         let _ = HOLD.compare_exchange(HELD, DONE, Ordering::AcqRel, Ordering::Acquire);
@@ -2752,7 +2757,7 @@ mod tests {
         let mut mem = SelfMemory {
             pid: i32::MAX,
             direct: false,
-            readable: &[],
+            readable: Some(Vec::new()),
             fast: vec![(a, b - 16)],
         };
         assert!(mem.fast_contains(a + 16, 32));
