@@ -571,3 +571,24 @@ fn exec_not_followed() {
     let trace = single_trace(&run);
     assert_trace_figures(&trace, EXEC_BEFORE, "exec, before the exec");
 }
+
+/// The trace files are parked at descriptor 1024 and up, not just under the
+/// soft limit: the kernel grows a process's descriptor table to its highest
+/// descriptor, and under a limit of 1,048,576 (some container runtimes)
+/// that was a table of a million entries for every traced process. `cat`
+/// reads its own /proc/self/status: a table of at most 2,048 (32,768
+/// before, under this machine's soft limit of 20,000), and a trace.
+#[test]
+fn the_trace_files_do_not_grow_the_descriptor_table_to_the_limit() {
+    let run = run_traced(&Cmd::new("cat").arg("/proc/self/status"), &[]);
+    assert!(run.output.status.success(), "{}", run.stderr());
+    let status = String::from_utf8_lossy(&run.output.stdout);
+    let size: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("FDSize:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no FDSize in {status}"));
+    assert!(size <= 2048, "FDSize {size}");
+    assert_eq!(run.files.len(), 1, "{:?}", run.files);
+    read_trace(&run.files[0]).unwrap_or_else(|e| panic!("{e}"));
+}

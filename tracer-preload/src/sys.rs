@@ -456,8 +456,17 @@ pub fn dup_high(fd: c_int, min: c_int) -> c_int {
     unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, min) }
 }
 
-/// The lowest descriptor number we park our trace files at: near the top of
-/// the soft limit, where programs rarely look, but below it so it is valid.
+/// The lowest descriptor number we park our trace files at: 1024, above
+/// the numbers `select` can watch, or 64 under the soft limit when that is
+/// lower (valid, and high where programs rarely look). Not the top of a
+/// high limit: the kernel grows a process's descriptor table to the highest
+/// number in use, and parking just under a soft limit of 1,048,576 (some
+/// container runtimes) gave every traced process a table of a million
+/// entries (8 MB of kernel memory, zeroed); at this machine's 20,000, one
+/// of 32,768 (`FDSize` in /proc/PID/status, 64 untraced). Where ours are
+/// changes nothing else for the program: they count against its limit
+/// anywhere, a new descriptor takes the lowest free number, and a `dup2`
+/// onto one of ours moves ours away (`fds`).
 pub fn high_fd_base() -> c_int {
     let mut lim = libc::rlimit {
         rlim_cur: 0,
@@ -467,8 +476,11 @@ pub fn high_fd_base() -> c_int {
     let ok = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0;
     let soft = if ok { lim.rlim_cur } else { 1024 };
     let soft = soft.min(1 << 20) as c_int;
-    (soft - 64).max(16)
+    (soft - 64).clamp(16, PARK_AT)
 }
+
+/// See [`high_fd_base`].
+const PARK_AT: c_int = 1024;
 
 /// Ends the whole process at once (the `_exit` system call), without running
 /// anything of ours or the program's.
