@@ -200,9 +200,8 @@ fn killed_by_sigterm_the_trace_is_finished() {
 const KILLED: Figures = Figures::new(100, 40, 4_800, 2_880, 60);
 
 /// Killed by SIGKILL after 300 ms: no handler of ours runs, so the trace is
-/// the spool the writer flushed, recovered with every event. A short
-/// process's spool is only made once it is 10 ms old (or about to die of a
-/// signal we see): this one must have it by then.
+/// the spool the writer flushed (it does when the program pauses),
+/// recovered with every event.
 #[test]
 fn killed_by_sigkill_after_a_pause_the_spool_holds_every_event() {
     let cmd = Cmd::new(example("killed"));

@@ -546,26 +546,28 @@ type Created = (
 
 /// The mlyze writer spools next to its final file; both descriptors are ours
 /// (registered, movable), the writer only sees `Write`/`Read`/`Seek` on them.
-/// The spool itself is made when the writer first spills ([`LazySpool`]).
 fn create_mlyze(wanted: &str) -> std::io::Result<Created> {
     let (out, path) = output::create_exclusive(std::path::Path::new(wanted), "mlyze")?;
-    let Some(out_slot) = fds::register(out.into_raw_fd()) else {
-        drop(std::fs::remove_file(&path));
-        return Err(std::io::Error::other("too many trace files"));
+    let (spool, spool_path) = match mlyze::spool::create_spool_file(&path) {
+        Ok(x) => x,
+        Err(e) => {
+            drop(out);
+            let _ = std::fs::remove_file(&path);
+            return Err(e);
+        }
     };
-    let trace = path.clone();
+    let too_many = || std::io::Error::other("too many trace files");
+    let out_slot = fds::register(out.into_raw_fd()).ok_or_else(too_many)?;
+    let Some(spool_slot) = fds::register(spool.into_raw_fd()) else {
+        fds::release(out_slot);
+        return Err(too_many());
+    };
     let make = move || {
         let sink = BufWriter::with_capacity(64 * 1024, fds::FdSink::new(out_slot));
-        let spool = LazySpool::new(trace, START_NS.load(Ordering::Relaxed));
-        let spool_slot = spool.slot.clone();
-        // The spool deletes itself when the writer drops it: no path here.
-        let mut w = mlyze::Writer::with_spool(sink, spool, None)?;
+        let mut w =
+            mlyze::Writer::with_spool(sink, fds::FdFile::new(spool_slot), Some(spool_path))?;
         w.set_spool_copier(Box::new(move |off, len| {
-            // Events are copied from the spool only once spilled there.
-            match spool_slot.load(Ordering::Acquire) {
-                NO_SLOT => Ok(0),
-                slot => fds::copy_range(slot, out_slot, off, len).map(|n| n as u64),
-            }
+            fds::copy_range(spool_slot, out_slot, off, len).map(|n| n as u64)
         }));
         // The file is new: the writer's first byte is at offset 0.
         w.set_header_patcher(Box::new(move |off, bytes| {
@@ -574,147 +576,7 @@ fn create_mlyze(wanted: &str) -> std::io::Result<Created> {
         }));
         Ok(Box::new(w) as Box<dyn TraceWriter>)
     };
-    Ok((path, vec![out_slot], Box::new(make)))
-}
-
-/// Whether the process is old enough for its spools to be made at the next
-/// flush ([`LazySpool`]): the writer flushes once when it becomes so.
-pub fn spools_due() -> bool {
-    sys::now_ns().saturating_sub(START_NS.load(Ordering::Relaxed)) >= SPOOL_AFTER_NS
-}
-
-/// [`LazySpool::slot`] before the spool exists.
-const NO_SLOT: usize = usize::MAX;
-
-/// Bytes a [`LazySpool`] holds before it makes its file.
-const HELD_MAX: usize = 256 << 10;
-
-/// Age of the process from which a flush makes the spool's file.
-const SPOOL_AFTER_NS: u64 = 10_000_000;
-
-/// A flush was asked because the process is about to die abnormally (or
-/// unloads code): the spools are made at that flush, whatever their age.
-static SPOOL_NOW: AtomicBool = AtomicBool::new(false);
-
-/// An mlyze output's spool, made when the writer flushes it once the
-/// process is 10 ms old (or at a flush before an abnormal death), or when
-/// more than [`HELD_MAX`] bytes were written to it. A process shorter than
-/// that (`/bin/true`, `echo`, a build's many small steps) makes and deletes
-/// no second file: ~0.15 ms of a short traced process on ext4, most of it
-/// finding a free inode. Until then the bytes are held here, and `finish`
-/// reads them from here. The file is made as the spool always was
-/// (`create_spool_file`: exclusively, mode 0600, never through a symbolic
-/// link, named after the trace) and deleted when the writer drops it. The
-/// cost: a process killed by SIGKILL in its first 10 ms leaves no spool to
-/// recover (it used to leave one with what its writer had flushed: the
-/// records at the start, and the events up to 2 ms before). A spool that
-/// cannot be made fails the writer's spill, as a write to it would.
-struct LazySpool {
-    trace: PathBuf,
-    /// The bytes written while there is no file, and the position in them.
-    held: Vec<u8>,
-    at: u64,
-    /// The file once made: its registry slot and name.
-    made: Option<(usize, PathBuf)>,
-    /// The slot, for the writer's copier (`NO_SLOT` until made).
-    slot: Arc<AtomicUsize>,
-    /// When the process started (`sys::now_ns`).
-    start_ns: u64,
-}
-
-impl LazySpool {
-    fn new(trace: PathBuf, start_ns: u64) -> LazySpool {
-        LazySpool {
-            trace,
-            held: Vec::new(),
-            at: 0,
-            made: None,
-            slot: Arc::new(AtomicUsize::new(NO_SLOT)),
-            start_ns,
-        }
-    }
-
-    /// The spool's file, made now if need be with what was held.
-    fn file(&mut self) -> std::io::Result<fds::FdFile> {
-        use std::io::{Seek as _, Write as _};
-        if let Some((slot, _)) = &self.made {
-            return Ok(fds::FdFile::new(*slot));
-        }
-        let (spool, path) = mlyze::spool::create_spool_file(&self.trace)?;
-        let Some(slot) = fds::register(spool.into_raw_fd()) else {
-            drop(std::fs::remove_file(&path));
-            return Err(std::io::Error::other("too many trace files"));
-        };
-        self.made = Some((slot, path));
-        self.slot.store(slot, Ordering::Release);
-        let mut f = fds::FdFile::new(slot);
-        f.write_all(&std::mem::take(&mut self.held))?;
-        f.seek(std::io::SeekFrom::Start(self.at))?;
-        Ok(f)
-    }
-}
-
-impl std::io::Write for LazySpool {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let end = self.at as usize + buf.len();
-        if self.made.is_none() && end <= HELD_MAX {
-            if self.held.len() < end {
-                self.held.resize(end, 0);
-            }
-            self.held[self.at as usize..end].copy_from_slice(buf);
-            self.at = end as u64;
-            return Ok(buf.len());
-        }
-        self.file()?.write(buf)
-    }
-
-    /// The writer has spilled everything it had: the file is made now when
-    /// the process is old enough, or about to die.
-    fn flush(&mut self) -> std::io::Result<()> {
-        let old = sys::now_ns().saturating_sub(self.start_ns) >= SPOOL_AFTER_NS;
-        if self.made.is_none() && (old || SPOOL_NOW.load(Ordering::Acquire)) {
-            self.file()?;
-        }
-        Ok(())
-    }
-}
-
-impl std::io::Read for LazySpool {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        if self.made.is_some() {
-            return self.file()?.read(buf);
-        }
-        let from = (self.at as usize).min(self.held.len());
-        let n = buf.len().min(self.held.len() - from);
-        buf[..n].copy_from_slice(&self.held[from..from + n]);
-        self.at += n as u64;
-        Ok(n)
-    }
-}
-
-impl std::io::Seek for LazySpool {
-    fn seek(&mut self, to: std::io::SeekFrom) -> std::io::Result<u64> {
-        if self.made.is_some() {
-            return self.file()?.seek(to);
-        }
-        let at = match to {
-            std::io::SeekFrom::Start(n) => Some(n),
-            std::io::SeekFrom::Current(d) => self.at.checked_add_signed(d),
-            std::io::SeekFrom::End(d) => (self.held.len() as u64).checked_add_signed(d),
-        };
-        let at = at.ok_or_else(|| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
-        self.at = at;
-        Ok(at)
-    }
-}
-
-impl Drop for LazySpool {
-    fn drop(&mut self) {
-        if let Some((slot, path)) = self.made.take() {
-            fds::release(slot);
-            drop(std::fs::remove_file(path));
-        }
-    }
+    Ok((path, vec![out_slot, spool_slot], Box::new(make)))
 }
 
 /// dumpalloc writes to any `Write`: a movable descriptor behind an `FdSink`.
@@ -1129,7 +991,6 @@ pub fn before_dlclose(path: String) {
 
 /// Asks the writer to drain and flush; waits for it at most `limit`.
 fn request_flush(ctl: &Control, limit: Duration) {
-    SPOOL_NOW.store(true, Ordering::Release);
     let ticket = ctl.flush_requested.fetch_add(1, Ordering::SeqCst) + 1;
     writer::wake();
     let begun = Instant::now();
@@ -1361,78 +1222,4 @@ pub fn after_failed_exec() {
 /// Whether exec'd programs should be traced too.
 pub fn follow_exec() -> bool {
     config().is_none_or(|c| c.follow_exec)
-}
-
-#[cfg(test)]
-mod lazy_spool_tests {
-    use super::*;
-    use std::io::{Read, Seek, SeekFrom, Write};
-    use std::os::unix::fs::PermissionsExt;
-
-    fn scratch(name: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("libtracer-lazy-{name}-{}", std::process::id()));
-        drop(std::fs::remove_dir_all(&d));
-        std::fs::create_dir_all(&d).unwrap();
-        d
-    }
-
-    fn read_at(s: &mut LazySpool, at: u64, n: usize) -> Vec<u8> {
-        s.seek(SeekFrom::Start(at)).unwrap();
-        let mut b = vec![0u8; n];
-        s.read_exact(&mut b).unwrap();
-        b
-    }
-
-    /// A young process's spool holds what is written and flushed, and reads
-    /// it back; the first write past what it holds makes the file, private,
-    /// with every byte in place; the writer dropping it deletes the file.
-    #[test]
-    fn a_young_spool_holds_its_bytes_until_they_outgrow_it() {
-        let d = scratch("young");
-        let mut s = LazySpool::new(d.join("t.mlyze"), sys::now_ns());
-        s.write_all(b"0123456789abcdef").unwrap();
-        s.write_all(&[7u8; 1000]).unwrap();
-        s.flush().unwrap();
-        let path = d.join("t.mlyze.spool");
-        assert!(!path.exists(), "held, not written");
-        assert_eq!(read_at(&mut s, 14, 4), b"ef\x07\x07");
-        assert_eq!(s.seek(SeekFrom::End(0)).unwrap(), 1016);
-        // Overwrite inside, then grow past what is held.
-        s.seek(SeekFrom::Start(4)).unwrap();
-        s.write_all(b"WXYZ").unwrap();
-        s.seek(SeekFrom::End(0)).unwrap();
-        s.write_all(&vec![9u8; HELD_MAX]).unwrap();
-        let bytes = std::fs::read(&path).expect("made");
-        assert_eq!(bytes.len(), 1016 + HELD_MAX);
-        assert_eq!(&bytes[..16], b"0123WXYZ89abcdef");
-        assert!(bytes[16..1016].iter().all(|&b| b == 7));
-        assert!(bytes[1016..].iter().all(|&b| b == 9));
-        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
-        assert_eq!(mode & 0o777, 0o600);
-        assert_eq!(read_at(&mut s, 2, 3), b"23W");
-        drop(s);
-        assert!(!path.exists(), "deleted with the writer");
-        std::fs::remove_dir_all(&d).unwrap();
-    }
-
-    /// Once the process is old enough, a flush makes the file; a symbolic
-    /// link at the spool's name is left alone (the next free name is used).
-    #[test]
-    fn an_old_spool_is_made_at_its_flush_next_to_a_link_it_does_not_follow() {
-        let d = scratch("old");
-        let link = d.join("t.mlyze.spool");
-        std::os::unix::fs::symlink(d.join("elsewhere"), &link).unwrap();
-        let mut s = LazySpool::new(d.join("t.mlyze"), 0);
-        s.write_all(b"abc").unwrap();
-        assert!(!d.join("t.mlyze.spool.1").exists());
-        s.flush().unwrap();
-        assert_eq!(std::fs::read(d.join("t.mlyze.spool.1")).unwrap(), b"abc");
-        assert!(!d.join("elsewhere").exists());
-        s.write_all(b"def").unwrap();
-        assert_eq!(read_at(&mut s, 0, 6), b"abcdef");
-        drop(s);
-        assert!(!d.join("t.mlyze.spool.1").exists());
-        assert!(std::fs::symlink_metadata(&link).is_ok(), "the link stays");
-        std::fs::remove_dir_all(&d).unwrap();
-    }
 }

@@ -282,7 +282,6 @@ pub fn run(
     let mut idle = Duration::from_micros(500);
     let mut naps = 0;
     let mut dirty = false;
-    let mut spools_made = false;
     // When the writer last asked whether the program's threads are all gone.
     let mut last_alone_check = Instant::now();
     loop {
@@ -309,16 +308,12 @@ pub fn run(
         // Every 100 ms under load; as soon as the program pauses otherwise
         // (a short-lived process killed by a signal then loses nothing).
         let since = last_flush.elapsed();
-        // Once the process is 10 ms old, a flush makes the mlyze spool's file
-        // (see `lifecycle::LazySpool`): the first one is not left to wait.
-        let due = !spools_made && crate::lifecycle::spools_due();
-        if due || since >= FLUSH_EVERY || (got == 0 && dirty && since >= FLUSH_WHEN_IDLE) {
+        if since >= FLUSH_EVERY || (got == 0 && dirty && since >= FLUSH_WHEN_IDLE) {
             let fresh = st.objects.rescan_pending();
             st.emit_objects(fresh);
             st.flush();
             last_flush = Instant::now();
             dirty = false;
-            spools_made |= due;
         }
         if got == 0 {
             if ctl.stop.load(Ordering::SeqCst)

@@ -1551,12 +1551,7 @@ impl<W: Write + Send> TraceWriter for Writer<W> {
     }
 
     fn flush(&mut self) -> io::Result<()> {
-        self.spill()?;
-        // A spool that holds its bytes until told may keep them no longer.
-        match &mut self.spool {
-            Some(sp) => sp.file.io().flush(),
-            None => Ok(()),
-        }
+        self.spill()
     }
 
     fn finish(self: Box<Self>) -> io::Result<()> {
