@@ -1408,6 +1408,22 @@ mod tests {
         assert_eq!(t.computed.load(Ordering::Relaxed), 4, "a went");
     }
 
+    /// A table's entries are a mapping of their own, not a block of the
+    /// program's heap (where glibc would put them: its `mmap`ed chunks
+    /// start 16 bytes into a page), and start empty.
+    #[test]
+    fn a_table_is_a_mapping_of_its_own() {
+        for slots in [8, SLOTS, SLOTS * 4] {
+            let t = Table::new(slots);
+            assert_eq!(t.entries.len(), slots);
+            assert_eq!(t.entries.as_ptr() as usize % 4096, 0, "{slots} slots");
+            assert!(t
+                .entries
+                .iter()
+                .all(|e| e.key.load(Ordering::Relaxed) == 0 && e.val.load(Ordering::Relaxed) == 0));
+        }
+    }
+
     /// Once twice as many rules as it has entries were computed into it, a
     /// table is replaced by one four times larger (up to MAX_SLOTS), whose
     /// answers are the same rules.

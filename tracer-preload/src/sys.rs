@@ -463,7 +463,8 @@ pub fn dup_high(fd: c_int, min: c_int) -> c_int {
 /// number in use, and parking just under a soft limit of 1,048,576 (some
 /// container runtimes) gave every traced process a table of a million
 /// entries (8 MB of kernel memory, zeroed); at this machine's 20,000, one
-/// of 32,768 (`FDSize` in /proc/PID/status, 64 untraced). Where ours are
+/// of 32,768 (`FDSize` in /proc/PID/status; 256 untraced, run from a
+/// shell). Where ours are
 /// changes nothing else for the program: they count against its limit
 /// anywhere, a new descriptor takes the lowest free number, and a `dup2`
 /// onto one of ours moves ours away (`fds`).
