@@ -5,8 +5,10 @@
  *
  * Installs a seccomp filter (no new privileges needed beyond
  * PR_SET_NO_NEW_PRIVS) that answers EPERM to process_vm_readv and allows
- * everything else, then executes PROGRAM. Exit status 126 when the filter
- * cannot be installed, 127 when PROGRAM cannot be executed.
+ * everything else, checks that a read of its own memory through the call
+ * is refused, then executes PROGRAM. Exit status 126 when the filter
+ * cannot be installed, 125 when the call still works, 127 when PROGRAM
+ * cannot be executed.
  */
 #include <errno.h>
 #include <linux/audit.h>
@@ -16,6 +18,7 @@
 #include <stdio.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 int main(int argc, char **argv)
@@ -38,6 +41,13 @@ int main(int argc, char **argv)
         prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) != 0) {
         perror("no_vm_readv: seccomp");
         return 126;
+    }
+    char from[8] = "checked", to[8];
+    struct iovec local = {to, sizeof to}, remote = {from, sizeof from};
+    if (syscall(SYS_process_vm_readv, getpid(), &local, 1UL, &remote, 1UL, 0UL) != -1 ||
+        errno != EPERM) {
+        fprintf(stderr, "no_vm_readv: process_vm_readv is not refused\n");
+        return 125;
     }
     execv(argv[1], argv + 1);
     perror("no_vm_readv: execv");

@@ -501,12 +501,9 @@ fn a_crowded_exit_writes_the_trace_beside_the_scan_with_the_same_classes() {
     let apart = run_traced(&Cmd::new(&bin), &[("TRACER_FORMAT", "mlyze,dumpalloc")]);
     assert!(apart.output.status.success(), "{}", apart.stderr());
     let mlyze = |t: &Traced| {
-        let f = t
-            .files
-            .iter()
-            .find(|f| f.extension().is_some_and(|e| e == "mlyze"))
-            .expect("an mlyze trace");
-        read_scan(f).unwrap_or_else(|e| panic!("{e}"))
+        let mut scans = mlyze_scans(t);
+        assert_eq!(scans.len(), 1, "one mlyze trace: {:?}", t.files);
+        scans.remove(0)
     };
     let blocks = |s: &ScanResult| {
         let mut v: Vec<(u64, LeakKind)> = s.blocks.iter().map(|b| (b.1, b.2)).collect();
@@ -519,11 +516,21 @@ fn a_crowded_exit_writes_the_trace_beside_the_scan_with_the_same_classes() {
     assert_eq!(blocks(&a), blocks(&b));
 }
 
+/// The scans of a run's mlyze traces, in the files' order.
+fn mlyze_scans(t: &Traced) -> Vec<ScanResult> {
+    t.files
+        .iter()
+        .filter(|f| f.extension().is_some_and(|e| e == "mlyze"))
+        .map(|f| read_scan(f).unwrap_or_else(|e| panic!("{e}")))
+        .collect()
+}
+
 /// Where `process_vm_readv` is refused (a container's seccomp profile may
 /// withhold it), the scan copies what `/proc/self/maps` lists as readable
 /// directly. `examples/scan/no_vm_readv.c` runs the crowd of blocks with
-/// the call answering EPERM: the same classes as valgrind's (fails with the
-/// list of readable ranges left empty: 507 blocks "definitely lost").
+/// the call answering EPERM (it checks the refusal itself, or exits 125):
+/// the same classes as valgrind's (fails with the list of readable ranges
+/// left empty: 507 blocks "definitely lost").
 #[test]
 fn refused_process_vm_readv_the_scan_copies_directly_with_the_same_classes() {
     let expected = classes((1_032, 11), (63_968, 1_999), (320, 5), (119_952, 3_000));
@@ -532,12 +539,7 @@ fn refused_process_vm_readv_the_scan_copies_directly_with_the_same_classes() {
     let run = run_traced(&Cmd::new(&launcher).arg(&crowd), &[]);
     assert!(run.output.status.success(), "{}", run.stderr());
     // The launcher's trace (nothing live) and the crowd's.
-    let scans: Vec<ScanResult> = run
-        .files
-        .iter()
-        .filter(|f| f.extension().is_some_and(|e| e == "mlyze"))
-        .map(|f| read_scan(f).unwrap_or_else(|e| panic!("{e}")))
-        .collect();
+    let scans = mlyze_scans(&run);
     assert_eq!(scans.len(), 2, "{:?}", run.files);
     let s = scans
         .iter()
