@@ -63,6 +63,14 @@ pub trait TraceWriter: Send {
         let _ = f;
         Ok(false)
     }
+    /// The calls [`TraceWriter::replay_allocations`] would make now, made by
+    /// the returned job instead, which may run on another thread while this
+    /// writer is finished there (it reads the writer's spool at offsets of
+    /// its own and copies the events still in memory). `None` when this
+    /// writer cannot detach one; no event may be written after a detach.
+    fn detach_allocation_replay(&mut self) -> Option<AllocationReplay> {
+        None
+    }
     /// Whether [`TraceWriter::finish_before_classes`] can finish this writer.
     fn finishes_before_classes(&self) -> bool {
         false
@@ -91,6 +99,12 @@ pub trait ClassesLater: Send {
     /// Writes one kind per block named, in that order; the file is complete.
     fn write(self: Box<Self>, kinds: &[LeakKind]) -> std::io::Result<()>;
 }
+
+/// A replay of the allocations written ([`TraceWriter::detach_allocation_replay`]):
+/// calls its argument with `(address, size)` for each, in order; `Ok(false)`
+/// when it cannot read them back.
+pub type AllocationReplay =
+    Box<dyn FnOnce(&mut dyn FnMut(u64, u64)) -> std::io::Result<bool> + Send>;
 
 /// A streaming reader of any format.
 pub type TraceReader = Box<dyn Iterator<Item = Result<Record>> + Send>;

@@ -1695,32 +1695,7 @@ fn throughput() {
 fn replay_allocations_reads_back_spooled_and_pending_events() {
     let dir = scratch_dir("replay");
     let (mut w, path) = Writer::create(&dir.join("r")).unwrap();
-    let mut expect = Vec::new();
-    let mut records = vec![Record::Stack(Stack {
-        id: 1,
-        frames: vec![Frame {
-            address: 0x401000,
-            symbol: None,
-        }],
-    })];
-    // Enough events to spill several chunks (64 KiB each), with sizes of
-    // every varint length and frees and markers between them.
-    for i in 0..30_000u64 {
-        let addr = 0x10_0000 + i * 48;
-        let size = [1, 127, 128, 16_383, 16_384, 1 << 40][i as usize % 6] + i;
-        records.push(alloc(1_000 + i, 7, addr, size, 1));
-        expect.push((addr, size));
-        if i % 3 == 0 {
-            records.push(free(1_000 + i, 7, addr));
-        }
-        if i % 1000 == 0 {
-            records.push(Record::Event(Event::Marker(Marker {
-                time_ns: 1_000 + i,
-                thread: 7,
-                name: format!("m{i}"),
-            })));
-        }
-    }
+    let (records, expect) = replay_workload();
     let (first, second) = records.split_at(records.len() * 2 / 3);
     for r in first {
         w.write(r).unwrap();
@@ -1758,6 +1733,115 @@ fn replay_allocations_reads_back_spooled_and_pending_events() {
         })
         .collect();
     assert_eq!(allocs, expect, "the finished file");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Allocations, frees and markers enough to spill several 64 KiB event
+/// chunks, with sizes of every varint length; and the `(address, size)` of
+/// every allocation, in order.
+fn replay_workload() -> (Vec<Record>, Vec<(u64, u64)>) {
+    let mut expect = Vec::new();
+    let mut records = vec![Record::Stack(Stack {
+        id: 1,
+        frames: vec![Frame {
+            address: 0x401000,
+            symbol: None,
+        }],
+    })];
+    for i in 0..30_000u64 {
+        let addr = 0x10_0000 + i * 48;
+        let size = [1, 127, 128, 16_383, 16_384, 1 << 40][i as usize % 6] + i;
+        records.push(alloc(1_000 + i, 7, addr, size, 1));
+        expect.push((addr, size));
+        if i % 3 == 0 {
+            records.push(free(1_000 + i, 7, addr));
+        }
+        if i % 1000 == 0 {
+            records.push(Record::Event(Event::Marker(Marker {
+                time_ns: 1_000 + i,
+                thread: 7,
+                name: format!("m{i}"),
+            })));
+        }
+    }
+    (records, expect)
+}
+
+/// A detached replay (`detach_allocation_replay`) hands back every
+/// allocation, from the spool and from the events still in memory, while
+/// another thread finishes the file and deletes the spool; the file is the
+/// same as without a replay. A spool given as a plain file needs no reader,
+/// one behind `SpoolIo` needs `set_spool_reader`, and without it there is no
+/// detached replay (the in-thread one still works).
+#[test]
+fn a_detached_replay_reads_the_spool_while_the_writer_finishes() {
+    let dir = scratch_dir("detached");
+    let (records, expect) = replay_workload();
+    let plain = {
+        let (mut w, path) = Writer::create(&dir.join("plain")).unwrap();
+        for r in &records {
+            w.write(r).unwrap();
+        }
+        TraceWriter::finish(Box::new(w)).unwrap();
+        std::fs::read(&path).unwrap()
+    };
+    for with_reader in [None, Some(false), Some(true)] {
+        // None: a plain spool file; Some(r): a spool behind `SpoolIo`, with a
+        // reader when r.
+        let tag = format!("{with_reader:?}");
+        let out = dir.join(format!("out-{tag}.mlyze"));
+        let spool_path = dir.join(format!("out-{tag}.spool"));
+        let sink = std::fs::File::create(&out).unwrap();
+        let spool = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&spool_path)
+            .unwrap();
+        let mut w: Box<dyn TraceWriter> = match with_reader {
+            None => {
+                Box::new(Writer::with_spool_file(sink, spool, Some(spool_path.clone())).unwrap())
+            }
+            Some(reader) => {
+                let clone = spool.try_clone().unwrap();
+                let mut w = Writer::with_spool(sink, spool, Some(spool_path.clone())).unwrap();
+                if reader {
+                    use std::os::unix::fs::FileExt as _;
+                    w.set_spool_reader(std::sync::Arc::new(move |buf: &mut [u8], off| {
+                        clone.read_at(buf, off)
+                    }));
+                }
+                Box::new(w)
+            }
+        };
+        for r in &records {
+            w.write(r).unwrap();
+        }
+        let Some(job) = w.detach_allocation_replay() else {
+            assert_eq!(with_reader, Some(false), "{tag}: no detached replay");
+            let mut got = Vec::new();
+            assert!(w.replay_allocations(&mut |a, s| got.push((a, s))).unwrap());
+            assert_eq!(got, expect, "{tag}: the replay in the writer's thread");
+            continue;
+        };
+        assert_ne!(
+            with_reader,
+            Some(false),
+            "{tag}: a detached replay without a reader"
+        );
+        let replaying = std::thread::spawn(move || {
+            let mut got = Vec::new();
+            let ok = job(&mut |a, s| got.push((a, s))).unwrap();
+            (ok, got)
+        });
+        w.finish().unwrap();
+        let (ok, got) = replaying.join().unwrap();
+        assert!(ok, "{tag}");
+        assert_eq!(got.len(), expect.len(), "{tag}");
+        assert_eq!(got, expect, "{tag}: the detached replay");
+        assert!(!spool_path.exists(), "{tag}: the spool is deleted");
+        assert_eq!(std::fs::read(&out).unwrap(), plain, "{tag}: the file");
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 

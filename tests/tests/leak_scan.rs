@@ -516,6 +516,40 @@ fn a_crowded_exit_writes_the_trace_beside_the_scan_with_the_same_classes() {
     assert_eq!(blocks(&a), blocks(&b));
 }
 
+/// 10,000 blocks live at exit, the last ~1,800 allocated after the live
+/// table stopped keeping exact sizes: the trace is written by a thread of
+/// its own while the scan, once its roots are planned, reads those sizes
+/// back from the same spool. valgrind's classes; and the sizes came from
+/// the trace, not from the chunk headers (fails when the replay beside the
+/// file cannot read the spool).
+#[test]
+fn a_crowded_exit_reads_late_sizes_back_beside_the_file() {
+    let expected = classes((790, 10), (0, 0), (0, 0), (644_210, 9_990));
+    check_equal("late_crowd", &[expected]);
+    let run = run_traced(
+        &Cmd::new(example("leaks/late_crowd")),
+        &[("TRACER_SCAN_STATS", "1"), ("TRACER_STACK_STATS", "1")],
+    );
+    let stderr = run.stderr();
+    assert!(run.output.status.success(), "{stderr}");
+    assert!(stderr.contains("alongside the scan"), "{stderr}");
+    let stats = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("libtracer: leak scan: "))
+        .unwrap_or_else(|| panic!("no scan statistics line: {stderr}"));
+    let replayed: u64 = stats
+        .split_once(" sizes replayed in ")
+        .and_then(|(head, _)| head.rsplit(", ").next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no sizes replayed from the trace: {stats}"));
+    assert!((1_000..=2_000).contains(&replayed), "{stats}");
+    assert!(stats.contains(", once the roots were planned"), "{stats}");
+    let scans = mlyze_scans(&run);
+    assert_eq!(scans.len(), 1, "{:?}", run.files);
+    let s = &scans[0];
+    assert_eq!((s.classes, s.unclassified, s.stray), (expected, 0, 0));
+}
+
 /// The scans of a run's mlyze traces, in the files' order.
 fn mlyze_scans(t: &Traced) -> Vec<ScanResult> {
     t.files

@@ -13,14 +13,16 @@
 //! always sees the other). The format writers never hold a descriptor number
 //! of their own.
 
-use core::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
 use std::io;
 
 use crate::sys;
 
 const SLOTS: usize = 8;
 static FDS: [AtomicI32; SLOTS] = [const { AtomicI32::new(-1) }; SLOTS];
-static BUSY: AtomicBool = AtomicBool::new(false);
+/// Calls in progress on registered descriptors (at exit, the file's thread
+/// and the scan's replay of the spool may both be in one).
+static BUSY: AtomicU32 = AtomicU32::new(0);
 /// The tracer closed `fd` itself: forget it (the number is free again).
 pub fn forget(fd: i32) {
     if let Some(i) = slot_of(fd) {
@@ -88,7 +90,7 @@ pub fn evacuate(fd: i32) {
     // fails with EBADF and says so) rather than write into the program's file.
     FDS[i].store(moved.max(-1), Ordering::SeqCst);
     let mut spins = 0u32;
-    while BUSY.load(Ordering::SeqCst) && spins < 1_000_000 {
+    while BUSY.load(Ordering::SeqCst) != 0 && spins < 1_000_000 {
         std::thread::yield_now();
         spins += 1;
     }
@@ -169,11 +171,11 @@ pub fn copy_range(from: usize, to: usize, off: u64, len: u64) -> io::Result<usiz
 fn with_fds(a: usize, b: usize, mut call: impl FnMut(i32, i32) -> isize) -> io::Result<usize> {
     IO_DONE.fetch_add(1, Ordering::Relaxed);
     loop {
-        BUSY.store(true, Ordering::SeqCst);
+        BUSY.fetch_add(1, Ordering::SeqCst);
         let (fa, fb) = (FDS[a].load(Ordering::SeqCst), FDS[b].load(Ordering::SeqCst));
         let n = if fa < 0 || fb < 0 { -2 } else { call(fa, fb) };
         let err = sys::errno();
-        BUSY.store(false, Ordering::SeqCst);
+        BUSY.fetch_sub(1, Ordering::SeqCst);
         if n >= 0 {
             return Ok(n as usize);
         }

@@ -257,6 +257,9 @@ pub struct Live {
     maybe_big: Vec<u64>,
     /// Blocks whose sizes the replay at exit looked for (statistics).
     replayed_blocks: usize,
+    /// The replay at exit could not read the trace back: the sizes came
+    /// from the chunk headers (statistics).
+    replay_failed: bool,
     /// The leak scan is off: the table keeps block starts alone, for the
     /// writer's ordering of several threads' messages ([`Live::is_live`]).
     starts_only: bool,
@@ -638,6 +641,38 @@ impl Live {
         self.starts_only = true;
     }
 
+    /// The addresses of the live blocks, sorted: those [`Live::take_sorted`]
+    /// will give, before any replay of their sizes. Replayed-sizes mode only.
+    pub fn sorted_addresses(&self) -> Vec<u64> {
+        if let Some(v) = &self.resolved {
+            let mut a: Vec<u64> = v.iter().map(|b| b.0).collect();
+            a.extend(self.spill.keys().chain(self.big.keys()));
+            a.sort_unstable();
+            return a;
+        }
+        let mut pages: Vec<(u64, u32)> = self.index.iter().map(|(&p, &i)| (p, i)).collect();
+        pages.sort_unstable();
+        let mut v = Vec::new();
+        for (page, i) in pages {
+            for (w, &word) in self.bits[i as usize].iter().enumerate() {
+                let mut word = word;
+                while word != 0 {
+                    let b = word.trailing_zeros() as u64;
+                    word &= word - 1;
+                    let addr = (page << 16) | (((w as u64) << 6 | b) << 4);
+                    if !self.big.contains_key(&addr) {
+                        v.push(addr);
+                    }
+                }
+            }
+        }
+        if !self.spill.is_empty() || !self.big.is_empty() {
+            v.extend(self.spill.keys().chain(self.big.keys()));
+            v.sort_unstable();
+        }
+        v
+    }
+
     /// The starts of the live blocks not kept in `big`, sorted, with
     /// [`UNKNOWN`] sizes; the bit leaves are freed as they are read.
     fn take_starts(&mut self) -> Vec<(u64, u64)> {
@@ -672,6 +707,11 @@ impl Live {
     /// How many live blocks the replay at exit had to find (0: no replay).
     pub fn replayed_blocks(&self) -> usize {
         self.replayed_blocks
+    }
+
+    /// Whether the replay at exit failed to read the trace back.
+    pub fn replay_failed(&self) -> bool {
+        self.replay_failed
     }
 
     /// Gives the live blocks their sizes from `replay`, which calls its
@@ -742,6 +782,7 @@ impl Live {
                     v[j as usize].1 = s;
                 }
             });
+            self.replay_failed = !ok;
             if !ok {
                 for e in &mut v {
                     e.1 = UNKNOWN;
@@ -1604,8 +1645,6 @@ pub fn parse_maps(text: &str) -> Vec<Mapping> {
 
 /// What the root planner knows besides the mappings.
 pub struct RootPlan<'a> {
-    /// Live blocks, sorted by address.
-    pub blocks: &'a [(u64, u64)],
     /// Never scanned: libtracer's writable segments, the writer's stack, the
     /// classifier's buffers.
     pub excluded: &'a [(u64, u64)],
@@ -1616,6 +1655,16 @@ pub struct RootPlan<'a> {
     /// Bytes at the top of a glibc thread stack holding the thread control
     /// block and static TLS.
     pub tcb_extent: u64,
+}
+
+/// Whether `reserve` (inaccessible) is the reserved tail of the arena heap
+/// `heap`: right above its accessible part, up to the heap's 64 MiB bound.
+fn heap_reserve(heap: &Mapping, reserve: &Mapping, mem: &mut dyn Memory) -> bool {
+    heap.end == reserve.start
+        && heap.start.checked_add(ARENA_ALIGN) == Some(reserve.end)
+        && heap.read
+        && heap.write
+        && looks_like_arena_heap(heap, mem)
 }
 
 const ARENA_ALIGN: u64 = 64 << 20;
@@ -1737,7 +1786,11 @@ impl PageHeads {
     }
 }
 
-/// The memory ranges to scan as roots (see the module documentation).
+/// The memory ranges to scan as roots (see the module documentation), but
+/// for the live blocks and the scan's own arrays, cut out later
+/// ([`cut_blocks`], [`cut_ranges`]) once the blocks' sizes are known: this
+/// part reads memory (chunk headers), so it runs before any other thread of
+/// ours starts at exit.
 pub fn plan_roots(maps: &[Mapping], plan: &RootPlan, mem: &mut dyn Memory) -> Vec<(u64, u64)> {
     let mut out = Vec::new();
     for (k, m) in maps.iter().enumerate() {
@@ -1756,9 +1809,19 @@ pub fn plan_roots(maps: &[Mapping], plan: &RootPlan, mem: &mut dyn Memory) -> Ve
             .iter()
             .copied()
             .find(|&sp| sp >= m.start && sp < m.end);
+        // A thread stack lies above a guard page. So may any memory the
+        // kernel placed right above an arena heap's reserved, inaccessible
+        // tail: cc1plus's own `mmap`ed pages, merged by the kernel with a
+        // chunk of ours, were taken for a cached stack, so only their top was
+        // scanned, and that top, in our chunk, was unmapped under the scan
+        // when the chunk was freed (SIGSEGV in ~1 exit of 5).
         let guarded = k > 0 && {
             let prev = &maps[k - 1];
-            prev.end == m.start && !prev.read && !prev.write && prev.anonymous()
+            prev.end == m.start
+                && !prev.read
+                && !prev.write
+                && prev.anonymous()
+                && !(k > 1 && heap_reserve(&maps[k - 2], prev, mem))
         };
         let (start, stacklike) = match sp {
             Some(sp) => (sp & !7, true),
@@ -1769,24 +1832,39 @@ pub fn plan_roots(maps: &[Mapping], plan: &RootPlan, mem: &mut dyn Memory) -> Ve
         };
         let mut parts = Vec::new();
         subtract(start, m.end, plan.excluded, &mut parts);
-        let first = out.len();
         if !m.anonymous() || stacklike {
             out.extend(parts);
         } else {
             walk_chunks(&parts, mem, &mut out);
         }
-        // A live block elsewhere than in a recognised malloc region is never
-        // a root itself (it would reach its children unconditionally).
-        let here: Vec<(u64, u64)> = out.drain(first..).collect();
-        for (a, b) in here {
-            let i = plan.blocks.partition_point(|x| x.0 < a);
-            let inside: Vec<(u64, u64)> = plan.blocks[i..]
-                .iter()
-                .take_while(|x| x.0 < b)
-                .map(|&(x, size)| (x, x + size))
-                .collect();
-            cut_sorted(a, b, &inside, &mut out);
-        }
+    }
+    out
+}
+
+/// `regions` (sorted) without the live blocks (sorted) that start inside
+/// them: a live block elsewhere than in a recognised malloc region is never
+/// a root itself (it would reach its children unconditionally).
+fn cut_blocks(regions: &[(u64, u64)], blocks: &[(u64, u64)]) -> Vec<(u64, u64)> {
+    let mut out = Vec::with_capacity(regions.len());
+    for &(a, b) in regions {
+        let i = blocks.partition_point(|x| x.0 < a);
+        let inside: Vec<(u64, u64)> = blocks[i..]
+            .iter()
+            .take_while(|x| x.0 < b)
+            .map(|&(x, size)| (x, x + size))
+            .collect();
+        cut_sorted(a, b, &inside, &mut out);
+    }
+    out
+}
+
+/// `regions` without the ranges `cuts` (in any order, disjoint).
+fn cut_ranges(regions: &[(u64, u64)], mut cuts: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
+    cuts.retain(|&(a, b)| a < b);
+    cuts.sort_unstable();
+    let mut out = Vec::with_capacity(regions.len());
+    for &(a, b) in regions {
+        cut_sorted(a, b, &cuts, &mut out);
     }
     out
 }
@@ -2084,20 +2162,36 @@ impl Classes {
 /// Classifies every live block; returns them sorted by address. Runs on the
 /// writer thread, which must be marked as the tracer's own.
 pub fn run(live: &mut Live, at: &ExitPoint) -> (Classes, Stats) {
-    run_with(live, at, &mut |_, mark| mark())
+    run_with(live, at, &mut |_, mark| mark(), None)
 }
 
-/// What [`run_with`] calls once the roots are planned: the blocks, and the
-/// marking to run.
-pub type Around<'a> = dyn FnMut(&[(u64, u64)], &mut dyn FnMut()) + 'a;
+/// What [`run_with`] calls once the roots are planned: the blocks'
+/// addresses (sorted), and the rest of the scan to run.
+pub type Around<'a> = dyn FnMut(&[u64], &mut dyn FnMut()) + 'a;
 
-/// [`run`], calling `around` with the blocks (sorted, with their sizes)
-/// once the roots are planned, and with the marking to run (if `around`
+/// What gives the live blocks their sizes ([`Live::resolve_replayed`]),
+/// when [`run_with`] is to call it after the roots are planned.
+pub type Sizes<'a> = dyn FnMut(&mut Live) + 'a;
+
+/// [`run`], calling `around` with the blocks' addresses (sorted) once the
+/// roots are planned, and with the rest of the scan to run (if `around`
 /// does not run it, it runs after): a thread started then is in neither the
 /// mappings nor the threads the scan looked at, so its stack is no root (it
 /// must not unmap memory it did not map itself, nor free blocks of the
 /// program). Not called when no block is live.
-pub fn run_with(live: &mut Live, at: &ExitPoint, around: &mut Around<'_>) -> (Classes, Stats) {
+///
+/// With `sizes`, the live table's sizes are resolved by it in that rest,
+/// i.e. beside what `around` started (the survivors' sizes replayed from the
+/// trace while the file is written: cc1plus, ~110 ms). The roots are
+/// planned from the blocks' starts alone; the live blocks and the
+/// classifier's own buffers are cut out of them once the sizes are known,
+/// the same cuts the plan would have made with them.
+pub fn run_with(
+    live: &mut Live,
+    at: &ExitPoint,
+    around: &mut Around<'_>,
+    mut sizes: Option<&mut Sizes<'_>>,
+) -> (Classes, Stats) {
     let begun = sys::now_ns();
     let mut mem = SelfMemory {
         // This thread's id, not the process's: the kernel reads the memory
@@ -2107,8 +2201,19 @@ pub fn run_with(live: &mut Live, at: &ExitPoint, around: &mut Around<'_>) -> (Cl
         readable: None,
         fast: Vec::new(),
     };
-    let blocks = live.take_sorted(&mut mem);
-    if blocks.is_empty() {
+    // The blocks with their sizes now, or their addresses alone until
+    // `sizes` ran.
+    let mut sized = None;
+    let addresses: Vec<u64> = if sizes.is_some() && live.replayed_sizes() {
+        live.sorted_addresses()
+    } else {
+        sizes = None;
+        let blocks = live.take_sorted(&mut mem);
+        let a = blocks.iter().map(|b| b.0).collect();
+        sized = Some(blocks);
+        a
+    };
+    if addresses.is_empty() {
         // Nothing to classify: no roots to read (a short process such as
         // /bin/true spent ~0.3 ms here, most of its exit).
         let _ = HOLD.compare_exchange(HELD, DONE, Ordering::AcqRel, Ordering::Acquire);
@@ -2118,9 +2223,7 @@ pub fn run_with(live: &mut Live, at: &ExitPoint, around: &mut Around<'_>) -> (Cl
         };
         return (Classes::default(), stats);
     }
-    let mut classifier = Classifier::new(&blocks);
     let mut excluded = own_writable();
-    excluded.extend(classifier.own_ranges());
     excluded.extend(crate::lane::ranges());
     let (mut sps, unknown) = other_threads(&[at.tid, sys::raw_gettid()]);
     let alone = sps.is_empty() && unknown == 0;
@@ -2131,11 +2234,11 @@ pub fn run_with(live: &mut Live, at: &ExitPoint, around: &mut Around<'_>) -> (Cl
     // snapshot's text lives until the scan ends. Only this thread can
     // unmap memory meanwhile, and only by freeing a buffer of its own: the
     // ones alive now are `mmap`ed chunks the plan leaves out, the later
-    // ones are mappings the snapshot does not list (a range the snapshot
-    // lists could only be reused after a buffer alive now was freed).
-    // A thread of ours started before this point (none is: see
-    // `writer::State::finish_alongside_scan`) could free an `mmap`ed chunk
-    // of the snapshot while the plan reads its first page.
+    // ones (the classifier's among them) are mappings the snapshot does not
+    // list (a range the snapshot lists could only be reused after a buffer
+    // alive now was freed). A thread of ours started before this point
+    // (none is: see `writer::State::finish_alongside_scan`) could free an
+    // `mmap`ed chunk of the snapshot while the plan reads its first page.
     let fast = alone
         && BESIDE.load(Ordering::Acquire) == 0
         && HOLD
@@ -2154,38 +2257,48 @@ pub fn run_with(live: &mut Live, at: &ExitPoint, around: &mut Around<'_>) -> (Cl
     }
     let maps = &maps;
     let plan = RootPlan {
-        blocks: &blocks,
         excluded: &excluded,
         stack_pointers: &sps,
         unknown_threads: unknown,
         tcb_extent: extent,
     };
-    let regions = plan_roots(maps, &plan, &mut mem);
-    let root_bytes = regions.iter().map(|(a, b)| b - a).sum();
-    if std::env::var_os("TRACER_SCAN_DEBUG").is_some() {
-        sys::stderr_line(&format!(
-            "leak scan: exiting thread {} from sp {:#x}",
-            at.tid, at.sp
-        ));
-        explain_roots(&regions, maps, &classifier, &mut mem);
-    }
-    classifier.set_allocator_data(
-        maps.iter()
-            .filter(|m| m.write && is_libc(&m.path))
-            .map(|m| (m.start, m.end))
-            .collect(),
-    );
-    let mut kinds = None;
-    let mut classifier = Some(classifier);
-    let mut mark = || {
-        if let Some(mut c) = classifier.take() {
-            c.mark_roots(&mut mem, &regions, &at.regs);
-            kinds = Some(c.finish(&mut mem));
+    let uncut = plan_roots(maps, &plan, &mut mem);
+    let mut done: Option<(Classes, u64)> = None;
+    let mut rest = || {
+        if done.is_some() {
+            return;
         }
+        if let Some(f) = sizes.as_mut() {
+            f(live);
+        }
+        let blocks = sized.take().unwrap_or_else(|| live.take_sorted(&mut mem));
+        let mut classifier = Classifier::new(&blocks);
+        // The scan's own arrays hold the blocks' addresses: never roots.
+        let mut own = classifier.own_ranges();
+        let a = addresses.as_ptr() as u64;
+        own.push((a, a + 8 * addresses.capacity() as u64));
+        let regions = cut_ranges(&cut_blocks(&uncut, &blocks), own);
+        let root_bytes = regions.iter().map(|(a, b)| b - a).sum();
+        if std::env::var_os("TRACER_SCAN_DEBUG").is_some() {
+            sys::stderr_line(&format!(
+                "leak scan: exiting thread {} from sp {:#x}",
+                at.tid, at.sp
+            ));
+            explain_roots(&regions, maps, &classifier, &mut mem);
+        }
+        classifier.set_allocator_data(
+            maps.iter()
+                .filter(|m| m.write && is_libc(&m.path))
+                .map(|m| (m.start, m.end))
+                .collect(),
+        );
+        classifier.mark_roots(&mut mem, &regions, &at.regs);
+        let kinds = classifier.finish(&mut mem);
+        done = Some((Classes { blocks, kinds }, root_bytes));
     };
-    around(&blocks, &mut mark);
-    mark();
-    let kinds = kinds.unwrap_or_default();
+    around(&addresses, &mut rest);
+    rest();
+    let (Classes { blocks, kinds }, root_bytes) = done.unwrap_or_default();
     if fast {
         mem.fast.clear();
         drop(text);
@@ -2199,7 +2312,22 @@ pub fn run_with(live: &mut Live, at: &ExitPoint, around: &mut Around<'_>) -> (Cl
         nanos: sys::now_ns().saturating_sub(begun),
         direct: fast,
     };
-    (Classes { blocks, kinds }, stats)
+    // The classes go with `addresses`, which `around` may have handed on;
+    // the blocks sized later are the same ones (`Live::sorted_addresses`).
+    if blocks.iter().map(|b| b.0).eq(addresses.iter().copied()) {
+        return (Classes { blocks, kinds }, stats);
+    }
+    debug_assert!(false, "the blocks sized are not the blocks named");
+    let find = |a: &u64| blocks.binary_search_by_key(a, |b| b.0).ok();
+    let classes = Classes {
+        kinds: (addresses.iter().map(find))
+            .map(|i| i.map_or(LeakKind::Reachable, |i| kinds[i]))
+            .collect(),
+        blocks: (addresses.iter())
+            .map(|a| (*a, find(a).map_or(0, |i| blocks[i].1)))
+            .collect(),
+    };
+    (classes, stats)
 }
 
 /// Whether a mapping's file is the C library (`libc.so.6`, or a versioned
@@ -2460,12 +2588,18 @@ mod tests {
         assert!(want.len() > 10_000);
         // No leaf holds a size: one bit per granule.
         assert!(live.leaves.is_empty() && !live.bits.is_empty());
+        // The addresses the scan hands on before the replay are the blocks
+        // it sizes after it (starts in the bits, `big` and `spill` alike).
+        let named: Vec<u64> = want.iter().map(|b| b.0).collect();
+        assert!(!live.spill.is_empty() && !live.big.is_empty());
+        assert_eq!(live.sorted_addresses(), named, "before the replay");
         live.resolve_replayed(|f| {
             for &(a, s) in &log {
                 f(a, s);
             }
             true
         });
+        assert_eq!(live.sorted_addresses(), named, "after the replay");
         assert_eq!(live.take_sorted(&mut mem), want);
         assert_eq!(live.take_sorted(&mut mem), vec![]);
 
@@ -2782,6 +2916,7 @@ mod tests {
     #[test]
     fn roots_skip_malloc_memory_and_our_own_and_cut_stacks() {
         let g = 0x7f00_0000_0000u64;
+        let h = 0x7f10_0000_0000u64;
         let maps = vec![
             map(0x1000, 0x3000, "rw", "/usr/lib/libc.so.6"), // data: root
             map(0x3000, 0x5000, "rw", "/usr/lib/libtracer.so"), // ours: cut
@@ -2794,6 +2929,9 @@ mod tests {
             map(g + 0x201000, g + 0x209000, "rw", ""),       // stack with a known sp
             map(g + 0x300000, g + 0x301000, "--", ""),       // guard
             map(g + 0x301000, g + 0x309000, "rw", ""),       // cached thread stack
+            map(h, h + 0x21000, "rw", ""),                   // arena heap: skip
+            map(h + 0x21000, h + ARENA_ALIGN, "--", ""),     // its reserved tail
+            map(h + ARENA_ALIGN, h + ARENA_ALIGN + 0x4000, "rw", ""), // chunk, data
             map(0x7ffd_0000_0000, 0x7ffd_0002_0000, "rw", "[stack]"),
             map(0x9000, 0xa000, "rw", "/dev/dri/card0"), // device: skip
         ];
@@ -2805,14 +2943,19 @@ mod tests {
         m.put(g + 24, 0x21000);
         // An mmapped chunk of two pages at the start of the next mapping.
         m.put(g + 0x100008, 0x2000 | 2);
+        // Another heap, and memory right above its reserved tail as a thread
+        // stack would be above its guard: no stack, and its chunk is skipped.
+        m.put(h, h + 32);
+        m.put(h + 16, 0x21000);
+        m.put(h + 24, 0x21000);
+        m.put(h + ARENA_ALIGN + 8, 0x2000 | 2);
         let plan = RootPlan {
-            blocks: &blocks,
             excluded: &[(0x3000, 0x5000)],
             stack_pointers: &[g + 0x208000, 0x7ffd_0001_0008],
             unknown_threads: 0,
             tcb_extent: 0x800,
         };
-        let roots = plan_roots(&maps, &plan, &mut m);
+        let roots = cut_blocks(&plan_roots(&maps, &plan, &mut m), &blocks);
         assert_eq!(
             roots,
             vec![
@@ -2822,6 +2965,7 @@ mod tests {
                 (g + 0x102000, g + 0x103000),
                 (g + 0x208000, g + 0x209000),
                 (g + 0x309000 - 0x800, g + 0x309000),
+                (h + ARENA_ALIGN + 0x2000, h + ARENA_ALIGN + 0x4000),
                 (0x7ffd_0001_0008, 0x7ffd_0002_0000),
             ]
         );
@@ -2833,6 +2977,9 @@ mod tests {
         };
         let roots = plan_roots(&maps, &plan, &mut m);
         assert!(roots.contains(&(g + 0x301000, g + 0x309000)));
+        let above = h + ARENA_ALIGN;
+        assert!(roots.contains(&(above + 0x2000, above + 0x4000)));
+        assert!(!roots.iter().any(|&(a, b)| a < above + 0x2000 && b > above));
     }
 
     /// The chunk headers of a long anonymous mapping are read a batch of
@@ -2863,7 +3010,6 @@ mod tests {
         m.put(p(900) + 8, (500 * PAGE) | 2); // would end past the mapping
         m.holes.push((p(700), p(701)));
         let plan = RootPlan {
-            blocks: &[],
             excluded: &[],
             stack_pointers: &[],
             unknown_threads: 0,

@@ -183,6 +183,21 @@ const FLUSH_EVERY: Duration = Duration::from_millis(100);
 /// 6,500 take ~22 ms, git's 41,000 ~17 ms.
 const ALONGSIDE_FROM: usize = 1024;
 
+/// Descriptors released when the last holder of their share lets go (the
+/// spool, read by the file's thread and by the exit scan's replay).
+type SpoolShare = std::sync::Arc<Released>;
+
+/// Registered descriptors, released when this is dropped.
+struct Released(Vec<usize>);
+
+impl Drop for Released {
+    fn drop(&mut self) {
+        for &slot in &self.0 {
+            fds::release(slot);
+        }
+    }
+}
+
 /// After finding nothing to take, the writer first naps `NAP_US` at a time,
 /// `NAPS` times, without telling the producers it sleeps, and only then
 /// sleeps until woken. A busy thread fills half its lane (2,048 messages)
@@ -977,7 +992,7 @@ impl State {
         let replay_us = self.replay_sizes(ctl);
         let (classes, stats) = scan::run(&mut self.live, at);
         ctl.progress.fetch_add(1, Ordering::Relaxed);
-        self.scan_stats(&stats, replay_us);
+        self.scan_stats(&stats, replay_us, false);
         let time_ns = self.time(sys::now_ns());
         self.emit(&Record::LeakScan { time_ns });
         for (address, kind) in classes.iter() {
@@ -1005,13 +1020,25 @@ impl State {
     }
 
     /// Private, for measurements: what the exit scan did.
-    fn scan_stats(&self, stats: &scan::Stats, replay_us: u64) {
+    /// `deferred`: the sizes were replayed once the roots were planned
+    /// (beside the file's thread, with many blocks).
+    fn scan_stats(&self, stats: &scan::Stats, replay_us: u64, deferred: bool) {
         if std::env::var_os("TRACER_SCAN_STATS").is_some() {
             sys::stderr_line(&format!(
-                "leak scan: {} blocks, {} sizes replayed in {} us, {} root bytes, {} us, blocks {}",
+                "leak scan: {} blocks, {} sizes {} in {} us{}, {} root bytes, {} us, blocks {}",
                 stats.blocks,
                 self.live.replayed_blocks(),
+                if self.live.replay_failed() {
+                    "read from chunk headers (the trace could not be read back)"
+                } else {
+                    "replayed"
+                },
                 replay_us,
+                if deferred {
+                    ", once the roots were planned"
+                } else {
+                    ""
+                },
                 stats.root_bytes,
                 stats.nanos / 1000,
                 if stats.direct {
@@ -1036,13 +1063,15 @@ impl State {
             && matches!(&self.outputs[..], [o] if !o.syscalls && o.writer.finishes_before_classes())
     }
 
-    /// The exit with the scan and the files at once. The survivors' sizes,
-    /// the system calls and the objects are taken as [`State::leak_scan`]
-    /// and [`State::finish`] take them; then the scan plans its roots, and
-    /// with many blocks live a thread of its own names the stacks'
+    /// The exit with the scan and the files at once. The system calls and
+    /// the objects are taken as [`State::leak_scan`] and [`State::finish`]
+    /// take them; then the scan plans its roots from the blocks' addresses,
+    /// and with many blocks live a thread of its own names the stacks'
     /// addresses and finishes the file with room for the scan's classes
-    /// (`TraceWriter::finish_before_classes`) while this one marks. The
-    /// classes are written last. With few blocks (python3: 20, scanned in
+    /// (`TraceWriter::finish_before_classes`) while this one replays the
+    /// survivors' sizes from the spool (`TraceWriter::detach_allocation_replay`:
+    /// positioned reads, so both threads read the spool at once; cc1plus,
+    /// ~110 ms off the exit) and marks. The classes are written last. With few blocks (python3: 20, scanned in
     /// ~1 ms; its file was ~2 ms slower to write from another thread) the
     /// file is written after the scan, on this thread. Either way the file
     /// is the same as the one [`State::leak_scan`] and [`State::finish`]
@@ -1056,7 +1085,17 @@ impl State {
     /// the sizes). What it maps later is not in the scan's snapshot, and
     /// what it frees later is its own.
     fn finish_alongside_scan(&mut self, at: &scan::ExitPoint, ctl: &Control, drained: u64) {
-        let replay_us = self.replay_sizes(ctl);
+        // The survivors' sizes: replayed from the spool beside the file's
+        // thread when the writer can hand a replay over (the scan runs it
+        // once the roots are planned), here otherwise.
+        let detached = match self.outputs.last_mut() {
+            Some(o) if self.live.replayed_sizes() => o.writer.detach_allocation_replay(),
+            _ => None,
+        };
+        let mut replay_us = 0;
+        if detached.is_none() {
+            replay_us = self.replay_sizes(ctl);
+        }
         self.drain_syscalls();
         self.stack_stats();
         let (objects, addrs, mode) = self.what_to_name();
@@ -1074,8 +1113,10 @@ impl State {
         };
         let progress = &ctl.progress;
         // The descriptors the file no longer needs once written (the spool:
-        // closing it drops its cached pages, ~3 ms for python3's 23 MB).
-        let spool_slots: Vec<usize> = slots.iter().skip(1).copied().collect();
+        // closing it drops its cached pages, ~3 ms for python3's 23 MB),
+        // closed by the last of the file's thread and the replay.
+        let spool = SpoolShare::new(Released(slots.iter().skip(1).copied().collect()));
+        let replay_spool = detached.as_ref().map(|_| spool.clone());
         // Names, then the file with room for the scan's blocks; how long both
         // took.
         let files = move |mut w: Box<dyn TraceWriter>, blocks: Vec<u64>| {
@@ -1097,31 +1138,49 @@ impl State {
                 Some(e) => Err(e),
                 None => w.finish_before_classes(time_ns, blocks),
             };
-            for &slot in &spool_slots {
-                fds::release(slot);
-            }
+            drop(spool);
             (r, sys::now_ns().saturating_sub(t0) / 1000)
+        };
+        let deferred = detached.is_some();
+        let mut detached = detached.map(|job| (job, replay_spool));
+        let mut sizes = |live: &mut scan::Live| {
+            let Some((job, share)) = detached.take() else {
+                return;
+            };
+            progress.fetch_add(1, Ordering::Relaxed);
+            let t0 = sys::now_ns();
+            live.resolve_replayed(|f| job(f).unwrap_or(false));
+            drop(share);
+            progress.fetch_add(1, Ordering::Relaxed);
+            replay_us = sys::now_ns().saturating_sub(t0) / 1000;
         };
         let mut files = Some(files);
         let mut writer = Some(writer);
         let mut done = None;
         let mut alongside = false;
-        let (classes, stats) = scan::run_with(&mut self.live, at, &mut |blocks, mark| {
-            let (Some(f), Some(w)) = (files.take(), writer.take()) else {
-                return;
-            };
-            let addrs: Vec<u64> = blocks.iter().map(|b| b.0).collect();
-            if blocks.len() < ALONGSIDE_FROM {
-                mark();
-                done = Some(f(w, addrs));
-                return;
-            }
-            alongside = true;
-            done = Some(crate::lifecycle::alongside(Box::new(move || f(w, addrs)), mark).0);
-        });
+        let (classes, stats) = scan::run_with(
+            &mut self.live,
+            at,
+            &mut |blocks, mark| {
+                let (Some(f), Some(w)) = (files.take(), writer.take()) else {
+                    return;
+                };
+                let addrs = blocks.to_vec();
+                if blocks.len() < ALONGSIDE_FROM {
+                    mark();
+                    done = Some(f(w, addrs));
+                    return;
+                }
+                alongside = true;
+                done = Some(crate::lifecycle::alongside(Box::new(move || f(w, addrs)), mark).0);
+            },
+            if deferred { Some(&mut sizes) } else { None },
+        );
+        // A replay not run (no block live) lets its share of the spool go.
+        drop(detached);
         let scanned = sys::now_ns();
         ctl.progress.fetch_add(1, Ordering::Relaxed);
-        self.scan_stats(&stats, replay_us);
+        self.scan_stats(&stats, replay_us, deferred);
         // No block live: no roots were planned, and the file is written now.
         let (later, files_us) = match (done, files.take(), writer.take()) {
             (Some(d), ..) => d,
@@ -1144,7 +1203,8 @@ impl State {
             sys::stderr_line(&format!(
                 "exit: {} us in all: scan {} us, {} addresses named and files written in {} us {}, then {} us",
                 us(drained, sys::now_ns()),
-                stats.nanos / 1000 + replay_us,
+                // A detached replay ran inside the scan's time.
+                stats.nanos / 1000 + if deferred { 0 } else { replay_us },
                 naming,
                 files_us,
                 if alongside { "alongside the scan" } else { "after it" },

@@ -41,7 +41,7 @@ mod writer;
 
 pub use reader::Reader;
 pub use spool::{recover, recover_to, RecoverStats};
-pub use writer::{HeaderPatcher, SpoolCopier, SpoolIo, Writer};
+pub use writer::{HeaderPatcher, SpoolCopier, SpoolIo, SpoolReader, Writer};
 
 /// Magic bytes of a finished file.
 pub const MAGIC: &[u8; 4] = b"MTRC";

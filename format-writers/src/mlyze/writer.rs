@@ -973,6 +973,12 @@ impl SpoolStore {
 /// copied. 0 or an error where it cannot: the rest goes through a buffer.
 pub type SpoolCopier = Box<dyn FnMut(u64, u64) -> io::Result<u64> + Send>;
 
+/// Reads the spool at an offset into a buffer (`pread`: no shared file
+/// offset moves), so a detached replay of the allocations
+/// ([`TraceWriter::detach_allocation_replay`]) can read it on another thread
+/// while the writer finishes.
+pub type SpoolReader = std::sync::Arc<dyn Fn(&mut [u8], u64) -> io::Result<usize> + Send + Sync>;
+
 /// Writes `bytes` at `offset` of the output, counted from the writer's
 /// first byte (`pwrite` on a fresh file), after everything else was
 /// written and flushed. With one, `finish` writes the metadata once and
@@ -1009,6 +1015,8 @@ struct SpoolFile {
     file: SpoolStore,
     /// The kernel copy of event chunks at `finish` (see [`SpoolCopier`]).
     copier: Option<SpoolCopier>,
+    /// Positioned reads for a detached replay (see [`SpoolReader`]).
+    reader: Option<SpoolReader>,
     /// Deleted after a successful `finish`, when known.
     path: Option<PathBuf>,
     /// Bytes written so far.
@@ -1516,6 +1524,7 @@ impl<W: Write> Writer<W> {
         self.spool = Some(SpoolFile {
             file: store,
             copier: None,
+            reader: None,
             path,
             len: spool::SPOOL_HEADER_LEN as u64,
             event_ranges: Vec::new(),
@@ -1530,6 +1539,14 @@ impl<W: Write> Writer<W> {
     pub fn set_spool_copier(&mut self, copier: SpoolCopier) {
         if let Some(sp) = &mut self.spool {
             sp.copier = Some(copier);
+        }
+    }
+
+    /// Lets [`TraceWriter::detach_allocation_replay`] read the spool with
+    /// `reader` (a spool given as a plain file needs none).
+    pub fn set_spool_reader(&mut self, reader: SpoolReader) {
+        if let Some(sp) = &mut self.spool {
+            sp.reader = Some(reader);
         }
     }
 
@@ -1603,6 +1620,64 @@ impl<W: Write + Send> TraceWriter for Writer<W> {
         replay.end()?;
         Ok(true)
     }
+
+    fn detach_allocation_replay(&mut self) -> Option<crate::AllocationReplay> {
+        let (reader, ranges) = match &self.spool {
+            None => (None, Vec::new()),
+            Some(sp) => {
+                let reader: SpoolReader = match (&sp.reader, &sp.file) {
+                    (Some(r), _) => r.clone(),
+                    (None, SpoolStore::File(f)) => {
+                        use std::os::unix::fs::FileExt as _;
+                        let f = f.try_clone().ok()?;
+                        std::sync::Arc::new(move |buf: &mut [u8], off| f.read_at(buf, off))
+                    }
+                    (None, SpoolStore::Other(_)) => return None,
+                };
+                (Some(reader), sp.event_ranges.clone())
+            }
+        };
+        let pending = self.events.clone();
+        Some(Box::new(move |f| {
+            let mut replay = super::replay::AllocReplay::new();
+            if let Some(read) = reader {
+                let mut buf = vec![0u8; 1 << 20];
+                for (off, len) in ranges {
+                    let mut at = off;
+                    while at < off + len {
+                        let n = (off + len - at).min(buf.len() as u64) as usize;
+                        read_exact_at(read.as_ref(), &mut buf[..n], at)?;
+                        replay.feed(&buf[..n], f)?;
+                        at += n as u64;
+                    }
+                    replay.end()?;
+                }
+            }
+            replay.feed(&pending, f)?;
+            replay.end()?;
+            Ok(true)
+        }))
+    }
+}
+
+/// Fills `buf` from the spool at `off` through `read`.
+fn read_exact_at(
+    read: &(dyn Fn(&mut [u8], u64) -> io::Result<usize> + Send + Sync),
+    mut buf: &mut [u8],
+    mut off: u64,
+) -> io::Result<()> {
+    while !buf.is_empty() {
+        match read(buf, off) {
+            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+            Ok(n) => {
+                buf = &mut buf[n..];
+                off += n as u64;
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 impl<W: Write> Writer<W> {
