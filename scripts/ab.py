@@ -22,8 +22,13 @@ A LIB may carry settings of its own after commas, so one build can be
 compared with itself under other settings:
 
     python3 scripts/ab.py fp=lib.so,TRACER_UNWIND=fp dwarf=lib.so -- ...
+
+With --exit, the traced runs also print their exit's length (the private
+TRACER_STACK_STATS line "exit: N us in all", the longest of the run's
+processes): its median and range per build.
 """
 import os
+import re
 import resource
 import shutil
 import statistics
@@ -35,9 +40,14 @@ import time
 
 def main(argv):
     runs = 7
-    if argv[:1] == ["--runs"]:
-        runs = int(argv[1])
-        argv = argv[2:]
+    exits = False
+    while argv[:1] in (["--runs"], ["--exit"]):
+        if argv[0] == "--exit":
+            exits = True
+            argv = argv[1:]
+        else:
+            runs = int(argv[1])
+            argv = argv[2:]
     if "--" not in argv:
         sys.exit(__doc__)
     split = argv.index("--")
@@ -55,6 +65,7 @@ def main(argv):
     times = {"untraced": []}
     times.update({name: [] for name, _ in libs})
     cpu = {name: [] for name in times}
+    exit_ms = {name: [] for name, _ in libs}
     try:
         for _ in range(runs):
             for name in times:
@@ -67,10 +78,17 @@ def main(argv):
                     env.update(LD_PRELOAD=lib, TRACER_QUIET="1",
                                TRACER_OUTPUT=os.path.join(d, "t"))
                     env.update(settings[name])
+                    if exits:
+                        env.update(TRACER_STACK_STATS="1")
                 before = resource.getrusage(resource.RUSAGE_CHILDREN)
                 t = time.perf_counter()
-                subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL)
+                run = subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.PIPE if exits else None)
                 times[name].append(time.perf_counter() - t)
+                if exits and name != "untraced":
+                    us = [int(m) for m in re.findall(rb"exit: (\d+) us in all", run.stderr)]
+                    if us:
+                        exit_ms[name].append(max(us) / 1000)
                 after = resource.getrusage(resource.RUSAGE_CHILDREN)
                 cpu[name].append(after.ru_utime + after.ru_stime
                                  - before.ru_utime - before.ru_stime)
@@ -82,6 +100,10 @@ def main(argv):
             m = statistics.median(t)
             print(f"{what} {name}: {m * 1000:.0f} ms ({m / base:.2f}x) "
                   f"[{min(t) * 1000:.0f}-{max(t) * 1000:.0f}]")
+    for name, t in exit_ms.items():
+        if t:
+            print(f"exit {name}: {statistics.median(t):.1f} ms "
+                  f"[{min(t):.1f}-{max(t):.1f}]")
 
 
 if __name__ == "__main__":

@@ -519,16 +519,25 @@ fn a_crowded_exit_writes_the_trace_beside_the_scan_with_the_same_classes() {
 /// 10,000 blocks live at exit, the last ~1,800 allocated after the live
 /// table stopped keeping exact sizes: the trace is written by a thread of
 /// its own while the scan, once its roots are planned, reads those sizes
-/// back from the same spool. valgrind's classes; and the sizes came from
-/// the trace, not from the chunk headers (fails when the replay beside the
-/// file cannot read the spool).
+/// back from the same spool (forced: with a trace this small the exit
+/// replays them before the file's thread starts). valgrind's classes; and
+/// the sizes came from the trace, not from the chunk headers (fails when
+/// the replay beside the file cannot read the spool).
 #[test]
 fn a_crowded_exit_reads_late_sizes_back_beside_the_file() {
     let expected = classes((790, 10), (0, 0), (0, 0), (644_210, 9_990));
     check_equal("late_crowd", &[expected]);
+    let bin = example("leaks/late_crowd");
+    let (_, s, stats) = scan_with_stats(&Cmd::new(&bin));
+    assert!(stats.contains(", once the roots were planned"), "{stats}");
+    assert_eq!(s.classes, expected);
     let run = run_traced(
-        &Cmd::new(example("leaks/late_crowd")),
-        &[("TRACER_SCAN_STATS", "1"), ("TRACER_STACK_STATS", "1")],
+        &Cmd::new(&bin),
+        &[
+            ("TRACER_SCAN_STATS", "1"),
+            ("TRACER_STACK_STATS", "1"),
+            ("TRACER_REPLAY_BESIDE", "1"),
+        ],
     );
     let stderr = run.stderr();
     assert!(run.output.status.success(), "{stderr}");
@@ -543,7 +552,7 @@ fn a_crowded_exit_reads_late_sizes_back_beside_the_file() {
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("no sizes replayed from the trace: {stats}"));
     assert!((1_000..=2_000).contains(&replayed), "{stats}");
-    assert!(stats.contains(", once the roots were planned"), "{stats}");
+    assert!(stats.contains(", beside the file's thread"), "{stats}");
     let scans = mlyze_scans(&run);
     assert_eq!(scans.len(), 1, "{:?}", run.files);
     let s = &scans[0];

@@ -188,6 +188,15 @@ fn with_fds(a: usize, b: usize, mut call: impl FnMut(i32, i32) -> isize) -> io::
     }
 }
 
+/// The size of the file registered in `slot` (`fstat`), or `None`.
+pub fn file_size(slot: usize) -> Option<u64> {
+    // SAFETY: `stat` is a C struct of integers, for which zero is valid.
+    let mut st: libc::stat = unsafe { core::mem::zeroed() };
+    // SAFETY: `st` is a live, writable `stat` the kernel fills in.
+    with_fd(slot, |fd| unsafe { libc::fstat(fd, &mut st) as isize }).ok()?;
+    u64::try_from(st.st_size).ok()
+}
+
 /// A `Write` onto the descriptor registered in a slot.
 pub struct FdSink {
     slot: usize,

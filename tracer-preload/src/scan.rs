@@ -2025,6 +2025,8 @@ pub struct Stats {
     pub blocks: usize,
     pub root_bytes: u64,
     pub nanos: u64,
+    /// The sizes were resolved beside the thread `around` started.
+    pub sizes_beside: bool,
     /// Blocks were copied directly ([`hold_exit`]), not read by the kernel.
     pub direct: bool,
 }
@@ -2169,9 +2171,31 @@ pub fn run(live: &mut Live, at: &ExitPoint) -> (Classes, Stats) {
 /// addresses (sorted), and the rest of the scan to run.
 pub type Around<'a> = dyn FnMut(&[u64], &mut dyn FnMut()) + 'a;
 
-/// What gives the live blocks their sizes ([`Live::resolve_replayed`]),
-/// when [`run_with`] is to call it after the roots are planned.
-pub type Sizes<'a> = dyn FnMut(&mut Live) + 'a;
+/// The live blocks' sizes, given once the roots are planned ([`run_with`]).
+pub struct LaterSizes<'a> {
+    /// Gives the live blocks their sizes ([`Live::resolve_replayed`]).
+    pub resolve: &'a mut dyn FnMut(&mut Live),
+    /// Bytes the thread `around` starts is to write (the trace file).
+    pub file_bytes: u64,
+}
+
+/// Whether the sizes are worth resolving beside the thread that writes
+/// the file: when writing it takes longer than the marking. `file_bytes` is
+/// the spool's size; the file's thread writes that and more (the stacks'
+/// text), ~1-2.5 ns a spool byte here; the marking takes ~0.4 ns a root byte
+/// and ~0.5 us a block. cc1plus (a 140 MB spool, 281 MB of roots, 71,000
+/// blocks): the sizes' ~110 ms come off the exit; git (17 MB, 0.9 MB,
+/// 41,000 blocks) would only have both threads compete for the cores (its
+/// exit +4 ms). `TRACER_REPLAY_BESIDE` (private, for tests) forces it
+/// either way.
+fn sizes_beside(file_bytes: u64, root_bytes: u64, blocks: usize) -> bool {
+    match std::env::var_os("TRACER_REPLAY_BESIDE").as_deref() {
+        Some(v) if v == "1" => return true,
+        Some(v) if v == "0" => return false,
+        _ => {}
+    }
+    file_bytes > root_bytes / 4 + blocks as u64 * 500
+}
 
 /// [`run`], calling `around` with the blocks' addresses (sorted) once the
 /// roots are planned, and with the rest of the scan to run (if `around`
@@ -2180,17 +2204,18 @@ pub type Sizes<'a> = dyn FnMut(&mut Live) + 'a;
 /// must not unmap memory it did not map itself, nor free blocks of the
 /// program). Not called when no block is live.
 ///
-/// With `sizes`, the live table's sizes are resolved by it in that rest,
-/// i.e. beside what `around` started (the survivors' sizes replayed from the
-/// trace while the file is written: cc1plus, ~110 ms). The roots are
-/// planned from the blocks' starts alone; the live blocks and the
-/// classifier's own buffers are cut out of them once the sizes are known,
-/// the same cuts the plan would have made with them.
+/// With `later`, the roots are planned from the blocks' starts alone, and
+/// the live table's sizes are resolved once they are: before `around`, or
+/// in that rest, i.e. beside what `around` started, when that pays
+/// ([`sizes_beside`]: the survivors' sizes replayed from the trace while
+/// the file is written). The live blocks and the classifier's own buffers
+/// are cut out of the roots once the sizes are known, the same cuts the
+/// plan would have made with them.
 pub fn run_with(
     live: &mut Live,
     at: &ExitPoint,
     around: &mut Around<'_>,
-    mut sizes: Option<&mut Sizes<'_>>,
+    mut later: Option<LaterSizes<'_>>,
 ) -> (Classes, Stats) {
     let begun = sys::now_ns();
     let mut mem = SelfMemory {
@@ -2204,10 +2229,10 @@ pub fn run_with(
     // The blocks with their sizes now, or their addresses alone until
     // `sizes` ran.
     let mut sized = None;
-    let addresses: Vec<u64> = if sizes.is_some() && live.replayed_sizes() {
+    let addresses: Vec<u64> = if later.is_some() && live.replayed_sizes() {
         live.sorted_addresses()
     } else {
-        sizes = None;
+        later = None;
         let blocks = live.take_sorted(&mut mem);
         let a = blocks.iter().map(|b| b.0).collect();
         sized = Some(blocks);
@@ -2263,13 +2288,22 @@ pub fn run_with(
         tcb_extent: extent,
     };
     let uncut = plan_roots(maps, &plan, &mut mem);
+    let beside = later.as_ref().is_some_and(|l| {
+        let planned = uncut.iter().map(|(a, b)| b - a).sum();
+        sizes_beside(l.file_bytes, planned, addresses.len())
+    });
+    if !beside {
+        if let Some(l) = later.take() {
+            (l.resolve)(live);
+        }
+    }
     let mut done: Option<(Classes, u64)> = None;
     let mut rest = || {
         if done.is_some() {
             return;
         }
-        if let Some(f) = sizes.as_mut() {
-            f(live);
+        if let Some(l) = later.take() {
+            (l.resolve)(live);
         }
         let blocks = sized.take().unwrap_or_else(|| live.take_sorted(&mut mem));
         let mut classifier = Classifier::new(&blocks);
@@ -2311,6 +2345,7 @@ pub fn run_with(
         root_bytes,
         nanos: sys::now_ns().saturating_sub(begun),
         direct: fast,
+        sizes_beside: beside,
     };
     // The classes go with `addresses`, which `around` may have handed on;
     // the blocks sized later are the same ones (`Live::sorted_addresses`).

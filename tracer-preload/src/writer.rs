@@ -1034,10 +1034,10 @@ impl State {
                     "replayed"
                 },
                 replay_us,
-                if deferred {
-                    ", once the roots were planned"
-                } else {
-                    ""
+                match (deferred, stats.sizes_beside) {
+                    (true, true) => ", beside the file's thread",
+                    (true, false) => ", once the roots were planned",
+                    _ => "",
                 },
                 stats.root_bytes,
                 stats.nanos / 1000,
@@ -1158,6 +1158,8 @@ impl State {
         let mut writer = Some(writer);
         let mut done = None;
         let mut alongside = false;
+        // What the file's thread copies: the spool (events and stacks).
+        let file_bytes = slots.get(1).and_then(|&s| fds::file_size(s)).unwrap_or(0);
         let (classes, stats) = scan::run_with(
             &mut self.live,
             at,
@@ -1174,7 +1176,10 @@ impl State {
                 alongside = true;
                 done = Some(crate::lifecycle::alongside(Box::new(move || f(w, addrs)), mark).0);
             },
-            if deferred { Some(&mut sizes) } else { None },
+            deferred.then_some(scan::LaterSizes {
+                resolve: &mut sizes,
+                file_bytes,
+            }),
         );
         // A replay not run (no block live) lets its share of the spool go.
         drop(detached);
