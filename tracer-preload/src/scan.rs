@@ -284,6 +284,19 @@ const BIT_WORDS: usize = 64;
 /// A block whose size the replay did not give (read from its chunk header).
 const UNKNOWN: u64 = u64::MAX;
 
+/// Calls `f` with the address of every block start set in `leaf`, the
+/// replayed-sizes leaf of the 64 KiB at `page << 16`, in address order.
+fn each_start(page: u64, leaf: &[u64; BIT_WORDS], mut f: impl FnMut(u64)) {
+    for (w, &word) in leaf.iter().enumerate() {
+        let mut word = word;
+        while word != 0 {
+            let b = word.trailing_zeros() as u64;
+            word &= word - 1;
+            f((page << 16) | (((w as u64) << 6 | b) << 4));
+        }
+    }
+}
+
 /// Pairs of one leaf (64 KiB of addresses).
 const LEAF: usize = 2048;
 /// Pair codes per granule: the low 6 bits of the size, or [`CODE_BIG`].
@@ -652,19 +665,17 @@ impl Live {
         }
         let mut pages: Vec<(u64, u32)> = self.index.iter().map(|(&p, &i)| (p, i)).collect();
         pages.sort_unstable();
-        let mut v = Vec::new();
+        // Sized once (see `resolve_replayed`).
+        let starts: usize = (self.bits.iter().flat_map(|l| l.iter()))
+            .map(|w| w.count_ones() as usize)
+            .sum();
+        let mut v = Vec::with_capacity(starts + self.spill.len());
         for (page, i) in pages {
-            for (w, &word) in self.bits[i as usize].iter().enumerate() {
-                let mut word = word;
-                while word != 0 {
-                    let b = word.trailing_zeros() as u64;
-                    word &= word - 1;
-                    let addr = (page << 16) | (((w as u64) << 6 | b) << 4);
-                    if !self.big.contains_key(&addr) {
-                        v.push(addr);
-                    }
+            each_start(page, &self.bits[i as usize], |addr| {
+                if !self.big.contains_key(&addr) {
+                    v.push(addr);
                 }
-            }
+            });
         }
         if !self.spill.is_empty() || !self.big.is_empty() {
             v.extend(self.spill.keys().chain(self.big.keys()));
@@ -689,17 +700,11 @@ impl Live {
             let Some(leaf) = leaves.get_mut(i as usize).and_then(Option::take) else {
                 continue;
             };
-            for (w, &word) in leaf.iter().enumerate() {
-                let mut word = word;
-                while word != 0 {
-                    let b = word.trailing_zeros() as u64;
-                    word &= word - 1;
-                    let addr = (page << 16) | (((w as u64) << 6 | b) << 4);
-                    if !self.big.contains_key(&addr) {
-                        v.push((addr, UNKNOWN));
-                    }
+            each_start(page, &leaf, |addr| {
+                if !self.big.contains_key(&addr) {
+                    v.push((addr, UNKNOWN));
                 }
-            }
+            });
         }
         v
     }
