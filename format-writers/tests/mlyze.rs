@@ -1806,10 +1806,7 @@ fn a_detached_replay_reads_the_spool_while_the_writer_finishes() {
                 let clone = spool.try_clone().unwrap();
                 let mut w = Writer::with_spool(sink, spool, Some(spool_path.clone())).unwrap();
                 if reader {
-                    use std::os::unix::fs::FileExt as _;
-                    w.set_spool_reader(std::sync::Arc::new(move |buf: &mut [u8], off| {
-                        clone.read_at(buf, off)
-                    }));
+                    w.set_spool_reader(std::sync::Arc::new(clone));
                 }
                 Box::new(w)
             }

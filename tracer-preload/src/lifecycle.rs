@@ -571,10 +571,7 @@ fn create_mlyze(wanted: &str) -> std::io::Result<Created> {
         }));
         // A replay of the allocations at exit reads the spool beside the
         // thread finishing the file (see `writer::State::finish_alongside_scan`).
-        w.set_spool_reader(std::sync::Arc::new(move |buf: &mut [u8], off| {
-            use std::os::unix::fs::FileExt as _;
-            fds::FdSink::new(spool_slot).read_at(buf, off)
-        }));
+        w.set_spool_reader(std::sync::Arc::new(fds::FdSink::new(spool_slot)));
         // The file is new: the writer's first byte is at offset 0.
         w.set_header_patcher(Box::new(move |off, bytes| {
             use std::os::unix::fs::FileExt as _;

@@ -747,7 +747,9 @@ impl Live {
             .sum();
         // By rank: the start's index in `v`, or IN_BIG.
         let mut at: Vec<u32> = Vec::with_capacity(starts);
-        let mut v = Vec::with_capacity(starts.saturating_sub(self.big.len()));
+        // Room for `spill` and `big` too, which `take_sorted` appends: a
+        // growing list would leave a stale copy of the blocks' addresses.
+        let mut v = Vec::with_capacity(starts + self.spill.len());
         for &(page, i) in &pages {
             for (w, &word) in self.bits[i as usize].iter().enumerate() {
                 ranks[i as usize][w] = at.len() as u32;
@@ -1793,7 +1795,7 @@ impl PageHeads {
 
 /// The memory ranges to scan as roots (see the module documentation), but
 /// for the live blocks and the scan's own arrays, cut out later
-/// ([`cut_blocks`], [`cut_ranges`]) once the blocks' sizes are known: this
+/// ([`final_roots`]) once the blocks' sizes are known: this
 /// part reads memory (chunk headers), so it runs before any other thread of
 /// ours starts at exit.
 pub fn plan_roots(maps: &[Mapping], plan: &RootPlan, mem: &mut dyn Memory) -> Vec<(u64, u64)> {
@@ -1846,31 +1848,52 @@ pub fn plan_roots(maps: &[Mapping], plan: &RootPlan, mem: &mut dyn Memory) -> Ve
     out
 }
 
-/// `regions` (sorted) without the live blocks (sorted) that start inside
-/// them: a live block elsewhere than in a recognised malloc region is never
-/// a root itself (it would reach its children unconditionally).
-fn cut_blocks(regions: &[(u64, u64)], blocks: &[(u64, u64)]) -> Vec<(u64, u64)> {
-    let mut out = Vec::with_capacity(regions.len());
-    for &(a, b) in regions {
+/// The roots: `uncut` (from [`plan_roots`]) without the live blocks that
+/// start inside a range (a live block elsewhere than in a recognised malloc
+/// region is never a root itself: it would reach its children
+/// unconditionally) and without the scan's own arrays `own` (disjoint).
+/// Nothing here copies a block's address into memory of its own, and the
+/// list returned is sized beforehand and cuts out its own bytes too: where
+/// our heap is not one the plan recognises (under valgrind), a stale or live
+/// copy of the blocks' addresses would be read as a root and make them
+/// reachable.
+fn final_roots(
+    uncut: &[(u64, u64)],
+    blocks: &[(u64, u64)],
+    mut own: Vec<(u64, u64)>,
+) -> Vec<(u64, u64)> {
+    // Each cut splits at most one piece in two.
+    let inside: usize = (uncut.iter())
+        .map(|&(a, b)| {
+            let i = blocks.partition_point(|x| x.0 < a);
+            blocks[i..].partition_point(|x| x.0 < b)
+        })
+        .sum();
+    let mut out: Vec<(u64, u64)> = Vec::with_capacity(uncut.len() + inside + own.len() + 1);
+    let p = out.as_ptr() as u64;
+    own.push((
+        p,
+        p + (out.capacity() * core::mem::size_of::<(u64, u64)>()) as u64,
+    ));
+    own.retain(|&(a, b)| a < b);
+    own.sort_unstable();
+    for &(a, b) in uncut {
+        let mut at = a;
         let i = blocks.partition_point(|x| x.0 < a);
-        let inside: Vec<(u64, u64)> = blocks[i..]
-            .iter()
-            .take_while(|x| x.0 < b)
-            .map(|&(x, size)| (x, x + size))
-            .collect();
-        cut_sorted(a, b, &inside, &mut out);
+        for &(x, size) in blocks[i..].iter().take_while(|x| x.0 < b) {
+            if x > at {
+                cut_sorted(at, x.min(b), &own, &mut out);
+            }
+            at = at.max(x.saturating_add(size));
+            if at >= b {
+                break;
+            }
+        }
+        if at < b {
+            cut_sorted(at, b, &own, &mut out);
+        }
     }
-    out
-}
-
-/// `regions` without the ranges `cuts` (in any order, disjoint).
-fn cut_ranges(regions: &[(u64, u64)], mut cuts: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
-    cuts.retain(|&(a, b)| a < b);
-    cuts.sort_unstable();
-    let mut out = Vec::with_capacity(regions.len());
-    for &(a, b) in regions {
-        cut_sorted(a, b, &cuts, &mut out);
-    }
+    debug_assert!(out.len() <= out.capacity() && out.as_ptr() as u64 == p);
     out
 }
 
@@ -2316,7 +2339,7 @@ pub fn run_with(
         let mut own = classifier.own_ranges();
         let a = addresses.as_ptr() as u64;
         own.push((a, a + 8 * addresses.capacity() as u64));
-        let regions = cut_ranges(&cut_blocks(&uncut, &blocks), own);
+        let regions = final_roots(&uncut, &blocks, own);
         let root_bytes = regions.iter().map(|(a, b)| b - a).sum();
         if std::env::var_os("TRACER_SCAN_DEBUG").is_some() {
             sys::stderr_line(&format!(
@@ -2995,7 +3018,7 @@ mod tests {
             unknown_threads: 0,
             tcb_extent: 0x800,
         };
-        let roots = cut_blocks(&plan_roots(&maps, &plan, &mut m), &blocks);
+        let roots = final_roots(&plan_roots(&maps, &plan, &mut m), &blocks, Vec::new());
         assert_eq!(
             roots,
             vec![

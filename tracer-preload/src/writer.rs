@@ -1068,10 +1068,13 @@ impl State {
     /// take them; then the scan plans its roots from the blocks' addresses,
     /// and with many blocks live a thread of its own names the stacks'
     /// addresses and finishes the file with room for the scan's classes
-    /// (`TraceWriter::finish_before_classes`) while this one replays the
-    /// survivors' sizes from the spool (`TraceWriter::detach_allocation_replay`:
-    /// positioned reads, so both threads read the spool at once; cc1plus,
-    /// ~110 ms off the exit) and marks. The classes are written last. With few blocks (python3: 20, scanned in
+    /// (`TraceWriter::finish_before_classes`) while this one marks. The
+    /// survivors' sizes are replayed from the spool once the roots are
+    /// planned (`TraceWriter::detach_allocation_replay`: positioned reads,
+    /// so both threads can read the spool at once), beside the file's
+    /// thread when the file is the longer (`scan::sizes_beside`: cc1plus,
+    /// ~75-110 ms off its exit). The classes are written last. With few
+    /// blocks (python3: 20, scanned in
     /// ~1 ms; its file was ~2 ms slower to write from another thread) the
     /// file is written after the scan, on this thread. Either way the file
     /// is the same as the one [`State::leak_scan`] and [`State::finish`]
@@ -1085,9 +1088,8 @@ impl State {
     /// the sizes). What it maps later is not in the scan's snapshot, and
     /// what it frees later is its own.
     fn finish_alongside_scan(&mut self, at: &scan::ExitPoint, ctl: &Control, drained: u64) {
-        // The survivors' sizes: replayed from the spool beside the file's
-        // thread when the writer can hand a replay over (the scan runs it
-        // once the roots are planned), here otherwise.
+        // The survivors' sizes: replayed by the scan once its roots are
+        // planned when the writer can hand a replay over, here otherwise.
         let detached = match self.outputs.last_mut() {
             Some(o) if self.live.replayed_sizes() => o.writer.detach_allocation_replay(),
             _ => None,

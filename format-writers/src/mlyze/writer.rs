@@ -18,6 +18,7 @@
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use super::spool::{self, entry};
@@ -973,11 +974,11 @@ impl SpoolStore {
 /// copied. 0 or an error where it cannot: the rest goes through a buffer.
 pub type SpoolCopier = Box<dyn FnMut(u64, u64) -> io::Result<u64> + Send>;
 
-/// Reads the spool at an offset into a buffer (`pread`: no shared file
-/// offset moves), so a detached replay of the allocations
+/// Positioned reads of the spool (`pread`: no shared file offset moves), so
+/// a detached replay of the allocations
 /// ([`TraceWriter::detach_allocation_replay`]) can read it on another thread
 /// while the writer finishes.
-pub type SpoolReader = std::sync::Arc<dyn Fn(&mut [u8], u64) -> io::Result<usize> + Send + Sync>;
+pub type SpoolReader = std::sync::Arc<dyn FileExt + Send + Sync>;
 
 /// Writes `bytes` at `offset` of the output, counted from the writer's
 /// first byte (`pwrite` on a fresh file), after everything else was
@@ -1627,11 +1628,7 @@ impl<W: Write + Send> TraceWriter for Writer<W> {
             Some(sp) => {
                 let reader: SpoolReader = match (&sp.reader, &sp.file) {
                     (Some(r), _) => r.clone(),
-                    (None, SpoolStore::File(f)) => {
-                        use std::os::unix::fs::FileExt as _;
-                        let f = f.try_clone().ok()?;
-                        std::sync::Arc::new(move |buf: &mut [u8], off| f.read_at(buf, off))
-                    }
+                    (None, SpoolStore::File(f)) => std::sync::Arc::new(f.try_clone().ok()?),
                     (None, SpoolStore::Other(_)) => return None,
                 };
                 (Some(reader), sp.event_ranges.clone())
@@ -1646,7 +1643,7 @@ impl<W: Write + Send> TraceWriter for Writer<W> {
                     let mut at = off;
                     while at < off + len {
                         let n = (off + len - at).min(buf.len() as u64) as usize;
-                        read_exact_at(read.as_ref(), &mut buf[..n], at)?;
+                        read.read_exact_at(&mut buf[..n], at)?;
                         replay.feed(&buf[..n], f)?;
                         at += n as u64;
                     }
@@ -1658,26 +1655,6 @@ impl<W: Write + Send> TraceWriter for Writer<W> {
             Ok(true)
         }))
     }
-}
-
-/// Fills `buf` from the spool at `off` through `read`.
-fn read_exact_at(
-    read: &(dyn Fn(&mut [u8], u64) -> io::Result<usize> + Send + Sync),
-    mut buf: &mut [u8],
-    mut off: u64,
-) -> io::Result<()> {
-    while !buf.is_empty() {
-        match read(buf, off) {
-            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
-            Ok(n) => {
-                buf = &mut buf[n..];
-                off += n as u64;
-            }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
 }
 
 impl<W: Write> Writer<W> {
