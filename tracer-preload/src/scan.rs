@@ -2976,6 +2976,19 @@ mod tests {
         assert!(!mem.direct);
     }
 
+    /// The rule's two calibration points: cc1plus's exit (a 140 MB spool,
+    /// 292 MB of roots planned, 71,000 blocks) replays beside the file's
+    /// thread, git's (17.5 MB, 0.9 MB, 41,000 blocks) before it starts.
+    #[test]
+    fn sizes_go_beside_the_file_only_when_the_file_is_the_longer() {
+        if std::env::var_os("TRACER_REPLAY_BESIDE").is_some() {
+            return;
+        }
+        assert!(sizes_beside(140_000_000, 292_000_000, 71_000));
+        assert!(!sizes_beside(17_500_000, 900_000, 41_000));
+        assert!(!sizes_beside(200_000, 300_000, 10_000), "late_crowd");
+    }
+
     #[test]
     fn roots_skip_malloc_memory_and_our_own_and_cut_stacks() {
         let g = 0x7f00_0000_0000u64;
