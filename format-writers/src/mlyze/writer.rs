@@ -1599,26 +1599,19 @@ impl<W: Write + Send> TraceWriter for Writer<W> {
     }
 
     fn replay_allocations(&mut self, f: &mut dyn FnMut(u64, u64)) -> io::Result<bool> {
-        let mut replay = super::replay::AllocReplay::new();
-        if let Some(sp) = &mut self.spool {
-            let io = sp.file.io();
-            let mut buf = vec![0u8; 1 << 20];
-            for &(off, len) in &sp.event_ranges {
-                io.seek(SeekFrom::Start(off))?;
-                let mut left = len;
-                while left > 0 {
-                    let n = left.min(buf.len() as u64) as usize;
-                    io.read_exact(&mut buf[..n])?;
-                    replay.feed(&buf[..n], f)?;
-                    left -= n as u64;
-                }
-                replay.end()?;
+        match &mut self.spool {
+            Some(sp) => {
+                let io = sp.file.io();
+                let mut read = |buf: &mut [u8], off: u64| {
+                    io.seek(SeekFrom::Start(off))?;
+                    io.read_exact(buf)
+                };
+                replay_events(&sp.event_ranges, &mut read, &self.events, f)?;
+                // Later chunks are appended where the spool ends.
+                io.seek(SeekFrom::Start(sp.len))?;
             }
-            // Later chunks are appended where the spool ends.
-            io.seek(SeekFrom::Start(sp.len))?;
+            None => replay_events(&[], &mut |_, _| Ok(()), &self.events, f)?,
         }
-        replay.feed(&self.events, f)?;
-        replay.end()?;
         Ok(true)
     }
 
@@ -1636,25 +1629,39 @@ impl<W: Write + Send> TraceWriter for Writer<W> {
         };
         let pending = self.events.clone();
         Some(Box::new(move |f| {
-            let mut replay = super::replay::AllocReplay::new();
-            if let Some(read) = reader {
-                let mut buf = vec![0u8; 1 << 20];
-                for (off, len) in ranges {
-                    let mut at = off;
-                    while at < off + len {
-                        let n = (off + len - at).min(buf.len() as u64) as usize;
-                        read.read_exact_at(&mut buf[..n], at)?;
-                        replay.feed(&buf[..n], f)?;
-                        at += n as u64;
-                    }
-                    replay.end()?;
-                }
-            }
-            replay.feed(&pending, f)?;
-            replay.end()?;
+            let mut read = |buf: &mut [u8], off: u64| match &reader {
+                Some(r) => r.read_exact_at(buf, off),
+                None => Ok(()),
+            };
+            replay_events(&ranges, &mut read, &pending, f)?;
             Ok(true)
         }))
     }
+}
+
+/// Calls `f(address, size)` for every allocation among the events of the
+/// spool's event chunks at `ranges` (read with `read(buf, offset)`, a
+/// megabyte at a time), then among `pending`, the events not spooled yet.
+fn replay_events(
+    ranges: &[(u64, u64)],
+    read: &mut dyn FnMut(&mut [u8], u64) -> io::Result<()>,
+    pending: &[u8],
+    f: &mut dyn FnMut(u64, u64),
+) -> io::Result<()> {
+    let mut replay = super::replay::AllocReplay::new();
+    let mut buf = vec![0u8; if ranges.is_empty() { 0 } else { 1 << 20 }];
+    for &(off, len) in ranges {
+        let mut at = off;
+        while at < off + len {
+            let n = (off + len - at).min(buf.len() as u64) as usize;
+            read(&mut buf[..n], at)?;
+            replay.feed(&buf[..n], f)?;
+            at += n as u64;
+        }
+        replay.end()?;
+    }
+    replay.feed(pending, f)?;
+    replay.end()
 }
 
 impl<W: Write> Writer<W> {
