@@ -196,6 +196,16 @@ pub fn table_slots() -> usize {
     table().map_or(0, |t| t.entries.len())
 }
 
+/// Where the current table's entries lie: address and length in bytes.
+#[cfg(test)]
+pub fn table_bytes() -> Option<(u64, u64)> {
+    let t = table()?;
+    Some((
+        t.entries.as_ptr() as u64,
+        core::mem::size_of_val(t.entries) as u64,
+    ))
+}
+
 /// The first entry of `ip`'s set of two in a table of `len` entries.
 #[inline]
 fn set_of(ip: u64, len: usize) -> usize {

@@ -1977,6 +1977,16 @@ fn other_threads(skip: &[u32]) -> (Vec<u64>, usize) {
 }
 
 /// libtracer's own writable segments, from its program headers.
+/// Memory of ours the roots leave out: our writable segments, the lanes
+/// and the mappings kept for the process's life (rule tables, sent-stack
+/// caches).
+fn own_memory() -> Vec<(u64, u64)> {
+    let mut v = own_writable();
+    v.extend(crate::lane::ranges());
+    v.extend(sys::kept_ranges());
+    v
+}
+
 fn own_writable() -> Vec<(u64, u64)> {
     extern "C" {
         static __ehdr_start: libc::Elf64_Ehdr;
@@ -2272,8 +2282,7 @@ pub fn run_with(
         };
         return (Classes::default(), stats);
     }
-    let mut excluded = own_writable();
-    excluded.extend(crate::lane::ranges());
+    let mut excluded = own_memory();
     let (mut sps, unknown) = other_threads(&[at.tid, sys::raw_gettid()]);
     let alone = sps.is_empty() && unknown == 0;
     sps.push(at.sp);
@@ -2997,6 +3006,17 @@ mod tests {
         assert!(sizes_beside(140_000_000, 292_000_000, 71_000));
         assert!(!sizes_beside(17_500_000, 900_000, 41_000));
         assert!(!sizes_beside(200_000, 300_000, 10_000), "late_crowd");
+    }
+
+    #[test]
+    fn our_own_memory_includes_the_unwinders_rule_table() {
+        crate::cfi::init();
+        let (start, len) = crate::cfi::table_bytes().expect("a rule table");
+        let own = own_memory();
+        assert!(
+            own.iter().any(|&(a, b)| a <= start && start + len <= b),
+            "{start:#x}+{len:#x} not in {own:x?}"
+        );
     }
 
     #[test]

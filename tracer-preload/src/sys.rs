@@ -6,6 +6,7 @@
 //! dynamic loader runs. Everything that must not re-enter our own exported
 //! symbols (`close`, `execve`, `_exit`, …) goes through raw system calls here.
 
+use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use libc::{c_int, c_long, c_void, size_t};
 
 extern "C" {
@@ -165,12 +166,40 @@ impl Mapped {
 }
 
 impl Mapped {
-    /// The mapping's address; it stays mapped for the life of the process.
+    /// The mapping's address; it stays mapped for the life of the process,
+    /// and is listed by [`kept_ranges`].
     pub fn leak(self) -> *mut u8 {
         let p = self.ptr;
+        let i = KEPT_COUNT.fetch_add(1, Ordering::AcqRel);
+        if let Some(k) = KEPT.get(i) {
+            k[1].store(p as u64 + self.len as u64, Ordering::Relaxed);
+            k[0].store(p as u64, Ordering::Release);
+        }
         core::mem::forget(self);
         p
     }
+}
+
+/// Mappings kept for the life of the process ([`Mapped::leak`]: the
+/// unwinder's rule tables, the threads' large sent-stack caches), as
+/// `[start, end]`, `start` stored last. Past [`KEPT`]'s length a mapping
+/// is simply not listed.
+static KEPT: [[AtomicU64; 2]; 256] = [const { [AtomicU64::new(0), AtomicU64::new(0)] }; 256];
+static KEPT_COUNT: AtomicUsize = AtomicUsize::new(0);
+
+/// The mappings [`Mapped::leak`] kept so far, `(start, end)`: our own
+/// memory, which holds code addresses, rules and hashes, never a pointer
+/// of the program's (the exit's leak scan leaves them out of its roots).
+/// One being kept meanwhile may be missing.
+pub fn kept_ranges() -> Vec<(u64, u64)> {
+    let n = KEPT_COUNT.load(Ordering::Acquire).min(KEPT.len());
+    KEPT[..n]
+        .iter()
+        .filter_map(|k| {
+            let start = k[0].load(Ordering::Acquire);
+            (start != 0).then(|| (start, k[1].load(Ordering::Relaxed)))
+        })
+        .collect()
 }
 
 impl core::ops::Deref for Mapped {
@@ -580,5 +609,19 @@ mod tests {
         m[65535] = 7;
         assert_eq!(m[65535], 7);
         assert!(Mapped::zeroed(0).is_none());
+    }
+
+    #[test]
+    fn a_kept_mapping_is_listed_with_its_length() {
+        let m = Mapped::zeroed(3 * 4096).expect("a mapping");
+        // A buffer alive but not kept: no entry (its address cannot be
+        // another's while it is mapped).
+        let other = Mapped::zeroed(4096).expect("a mapping");
+        let o = other.as_ptr() as u64;
+        let p = m.leak() as u64;
+        let kept = kept_ranges();
+        assert!(kept.contains(&(p, p + 3 * 4096)), "{kept:x?}");
+        assert!(kept.iter().all(|&(a, _)| a != o), "{kept:x?}");
+        drop(other);
     }
 }
