@@ -210,9 +210,119 @@ fn golden_stack_metadata() {
     );
     assert_eq!(v["libtracer"]["unresolved_function"], 2);
     assert_eq!(
-        v["libtracer"]["stack_addresses"]["3"],
-        serde_json::json!([0x7f00_0000_1234u64, 0x400500, 0x401010])
+        v["libtracer"]["stack_addresses_delta"],
+        serde_json::json!([[3, 0, 0x7f00_0000_1234u64, 0x400500, 0x401010]])
     );
+}
+
+fn stack_at(id: u64, innermost_first: &[u64]) -> Record {
+    Record::Stack(Stack {
+        id,
+        frames: innermost_first
+            .iter()
+            .map(|&address| Frame {
+                address,
+                symbol: None,
+            })
+            .collect(),
+    })
+}
+
+/// `libtracer.stack_addresses_delta`: each stack's addresses outermost
+/// first, after the number of them it shares with the element before it.
+/// The text is derived by hand from the decisions in docs/formats/mlyze.md.
+#[test]
+fn golden_stack_addresses_delta() {
+    let records = [
+        // Outermost first: 0x7f0000001234, 0x400500, 0x401010.
+        stack_at(3, &[0x401010, 0x400500, 0x7f00_0000_1234]),
+        // Its two outer addresses are stack 3's.
+        stack_at(4, &[0x402000, 0x400500, 0x7f00_0000_1234]),
+        // Nothing in common with stack 4.
+        stack_at(7, &[0x400600]),
+        // 0x400600 outermost, as stack 7's.
+        stack_at(9, &[0x400700, 0x400600]),
+        // No frames at all.
+        stack_at(10, &[]),
+    ];
+    let file = write_all(&records);
+    let meta = std::str::from_utf8(&file[256..256 + meta_len(&file)]).unwrap();
+    let want = concat!(
+        "\"stack_addresses_delta\":[",
+        "[3,0,139637976732212,4195584,4198416],",
+        "[4,2,4202496],",
+        "[7,0,4195840],",
+        "[9,1,4196096],",
+        "[10,0]]"
+    );
+    assert!(meta.contains(want), "{meta}");
+    assert!(!meta.contains("\"stack_addresses\""), "{meta}");
+    // Read back: every stack with its own addresses.
+    let got: Vec<Record> = read_all(&file)
+        .into_iter()
+        .filter(|r| matches!(r, Record::Stack(_)))
+        .collect();
+    assert_eq!(got, records);
+}
+
+/// Files written before `stack_addresses_delta` hold every address in
+/// `libtracer.stack_addresses` (an object of arrays keyed by stack id): they
+/// still read, and an element sharing more addresses than the one before it
+/// has is an error at the metadata's offset.
+#[test]
+fn older_stack_addresses_still_read_and_a_bad_delta_is_located() {
+    let records = [
+        stack_at(3, &[0x401010, 0x400500]),
+        stack_at(4, &[0x402000, 0x400500]),
+    ];
+    let file = write_all(&records);
+    let with_meta = |from: &str, to: &str| {
+        let len = meta_len(&file);
+        let meta = std::str::from_utf8(&file[256..256 + len]).unwrap();
+        assert!(meta.contains(from), "{meta}");
+        let meta = meta.replace(from, to);
+        let mut out = file[..256].to_vec();
+        out[16..20].copy_from_slice(&(meta.len() as u32).to_le_bytes());
+        out.extend_from_slice(meta.as_bytes());
+        out.extend_from_slice(&file[256 + len..]);
+        out
+    };
+    let delta = "\"stack_addresses_delta\":[[3,0,4195584,4198416],[4,1,4202496]]";
+    let older = with_meta(
+        delta,
+        "\"stack_addresses\":{\"3\":[4195584,4198416],\"4\":[4195584,4202496]}",
+    );
+    let got: Vec<Record> = read_all(&older)
+        .into_iter()
+        .filter(|r| matches!(r, Record::Stack(_)))
+        .collect();
+    assert_eq!(got, records);
+
+    let bad = with_meta(
+        delta,
+        "\"stack_addresses_delta\":[[3,0,4195584,4198416],[4,3,4202496]]",
+    );
+    let err = Reader::new(&bad[..])
+        .collect::<Result<Vec<_>>>()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("stack 4 sharing 3 addresses with an element of 2"),
+        "{err}"
+    );
+    // Located inside the element.
+    let at = 256
+        + std::str::from_utf8(&bad[256..])
+            .unwrap()
+            .find("[4,3,")
+            .unwrap();
+    let byte: usize = err
+        .strip_prefix("byte ")
+        .and_then(|r| r.split(':').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no offset in {err}"));
+    let end = at + "[4,3,4202496]".len();
+    assert!((at..end).contains(&byte), "{err}: the element is at {at}");
 }
 
 // ---------------------------------------------------------------- 3. document-only reader

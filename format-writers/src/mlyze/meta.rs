@@ -9,6 +9,7 @@
 //!   the file's buffered source, counting them, so a JSON error is still
 //!   located at its exact byte offset in the file.
 //! - [`Runs`] is what the two per-stack tables (`stack_traces` and
+//!   `libtracer.stack_addresses_delta`, or the older
 //!   `libtracer.stack_addresses`) deserialize into: each distinct element
 //!   (frame or address) once, and each stack a run of 4-byte indices into
 //!   them. Stacks share most of their frames, so this is ~4 bytes a frame.
@@ -283,6 +284,93 @@ impl<'de, T: Copy + Eq + Hash + Deserialize<'de>> Deserialize<'de> for Runs<T> {
     }
 }
 
+/// `libtracer.stack_addresses_delta` read into the runs the older
+/// `libtracer.stack_addresses` gives: an array of `[id, shared,
+/// addresses...]`, each stack's first `shared` addresses (outermost first)
+/// being those of the element before it.
+pub(super) struct DeltaRuns(pub Runs<u64>);
+
+impl<'de> Deserialize<'de> for DeltaRuns {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct SeqV;
+        impl<'de> Visitor<'de> for SeqV {
+            type Value = DeltaRuns;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("an array of [stack id, shared, addresses...] arrays")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> std::result::Result<DeltaRuns, A::Error> {
+                let mut runs = Runs::default();
+                let mut previous = (0, 0);
+                while seq
+                    .next_element_seed(DeltaSeed {
+                        runs: &mut runs,
+                        previous: &mut previous,
+                    })?
+                    .is_some()
+                {}
+                Ok(DeltaRuns(runs))
+            }
+        }
+        d.deserialize_seq(SeqV)
+    }
+}
+
+/// One element of `stack_addresses_delta`; `previous` is the run (start in
+/// `refs`, length) of the element before it.
+struct DeltaSeed<'a> {
+    runs: &'a mut Runs<u64>,
+    previous: &'a mut (usize, u32),
+}
+
+impl<'de> DeserializeSeed<'de> for DeltaSeed<'_> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> std::result::Result<(), D::Error> {
+        d.deserialize_seq(self)
+    }
+}
+
+impl<'de> Visitor<'de> for DeltaSeed<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an array of a stack id, a count of shared addresses, then addresses")
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> std::result::Result<(), A::Error> {
+        use serde::de::Error;
+        let id: u64 = seq
+            .next_element()?
+            .ok_or_else(|| A::Error::invalid_length(0, &self))?;
+        let shared: u64 = seq
+            .next_element()?
+            .ok_or_else(|| A::Error::invalid_length(1, &self))?;
+        let (from, len) = *self.previous;
+        if shared > u64::from(len) {
+            return Err(A::Error::custom(format!(
+                "stack {id} sharing {shared} addresses with an element of {len}"
+            )));
+        }
+        let runs = self.runs;
+        let start = runs.refs.len();
+        let too_many = || A::Error::custom("more than 2^32 stack elements");
+        if start + shared as usize >= u32::MAX as usize {
+            return Err(too_many());
+        }
+        runs.refs.extend_from_within(from..from + shared as usize);
+        while let Some(address) = seq.next_element::<u64>()? {
+            if runs.refs.len() >= u32::MAX as usize {
+                return Err(too_many());
+            }
+            runs.push_item(address);
+        }
+        let n = (runs.refs.len() - start) as u32;
+        runs.runs.push((id, start, n));
+        *self.previous = (start, n);
+        Ok(())
+    }
+}
+
 /// Appends one array's elements to a [`Runs`].
 struct RunSeed<'a, T>(&'a mut Runs<T>);
 
@@ -351,7 +439,7 @@ impl StackGen {
                     return Err(FormatError::invalid(
                         at,
                         format!(
-                            "libtracer.stack_addresses[\"{id}\"] with one address per frame ({len})"
+                            "stack {id}'s entry of libtracer.stack_addresses_delta with one address per frame ({len})"
                         ),
                         format!("{n} addresses"),
                     ));

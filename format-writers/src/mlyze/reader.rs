@@ -11,7 +11,7 @@ use std::io::Read;
 
 use serde::Deserialize;
 
-use super::meta::{json_error, DocFrame, MetaRead, Runs, StackGen};
+use super::meta::{json_error, DeltaRuns, DocFrame, MetaRead, Runs, StackGen};
 use super::spool::{replay, Stacks, CHUNK_EVENTS, CHUNK_RECORDS, SPOOL_MAGIC, SPOOL_VERSION};
 use super::writer::Tables;
 use super::{decode_event, Bad, RawEvent, ALLOC, EXPECTED_TYPE, FREE, GC, HEADER_LEN, MAGIC};
@@ -37,8 +37,11 @@ struct Ext {
     version: u32,
     #[serde(default)]
     unresolved_function: Option<u64>,
+    /// Written before `stack_addresses_delta` replaced it; still read.
     #[serde(default)]
     stack_addresses: Runs<u64>,
+    #[serde(default)]
+    stack_addresses_delta: Option<DeltaRuns>,
     #[serde(default)]
     process: Option<ProcessJson>,
     #[serde(default)]
@@ -443,7 +446,10 @@ impl<R: Read> Reader<R> {
                     name: t.name,
                 }));
             }
-            addresses = e.stack_addresses;
+            addresses = match e.stack_addresses_delta {
+                Some(delta) => delta.0,
+                None => e.stack_addresses,
+            };
             if let Some(k) = &addresses.bad_key {
                 return Err(bad_key("libtracer.stack_addresses", k));
             }

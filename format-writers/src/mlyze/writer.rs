@@ -468,9 +468,9 @@ impl Tables {
         Ok(counter.n)
     }
 
-    /// Writes the metadata; with `count_only`, the `stack_addresses` entries
-    /// are written along with the `stack_traces` ones (for a byte count: the
-    /// order does not matter then) and its section is left empty.
+    /// Writes the metadata; with `count_only`, the `stack_addresses_delta`
+    /// entries are written along with the `stack_traces` ones (for a byte
+    /// count: the order does not matter then) and its section is left empty.
     fn write_metadata_pass<J: Write + ?Sized>(
         &self,
         j: &mut J,
@@ -487,6 +487,7 @@ impl Tables {
         j.write_all(b"{\"stack_traces\":{")?;
         let mut texts = FrameTexts::default();
         let mut line = Vec::with_capacity(4096);
+        let mut previous = Vec::new();
         self.each_stack(from, &mut |n, id, frames| {
             line.clear();
             stack_key(&mut line, n, id);
@@ -502,7 +503,7 @@ impl Tables {
             }
             line.push(b']');
             if count_only {
-                address_entry(&mut line, &mut texts, n, id, frames);
+                address_entry(&mut line, &mut texts, &mut previous, n, id, frames);
             }
             // One write per stack: a write per piece cost more than the text.
             j.write_all(&line)
@@ -522,17 +523,18 @@ impl Tables {
             }
             None => j.write_all(b"null")?,
         }
-        j.write_all(b",\"stack_addresses\":{")?;
+        j.write_all(b",\"stack_addresses_delta\":[")?;
         if !count_only {
             let mut texts = FrameTexts::default();
             let mut line = Vec::with_capacity(4096);
+            let mut previous = Vec::new();
             self.each_stack(from, &mut |n, id, frames| {
                 line.clear();
-                address_entry(&mut line, &mut texts, n, id, frames);
+                address_entry(&mut line, &mut texts, &mut previous, n, id, frames);
                 j.write_all(&line)
             })?;
         }
-        j.write_all(b"},\"process\":")?;
+        j.write_all(b"],\"process\":")?;
         match &self.process {
             Some(p) => {
                 write!(j, "{{\"pid\":{},\"executable\":", p.pid)?;
@@ -721,22 +723,38 @@ impl ClassesLater for ClassesRoom {
     }
 }
 
-/// One entry of `stack_addresses` (outermost frame first) appended to `line`.
+/// One entry of `stack_addresses_delta` appended to `line`, after a comma
+/// unless it is the first (`n` 0): `[id,shared,addresses...]`, where the
+/// stack's first `shared` addresses (outermost first) are those of the
+/// entry before it, `previous`, which then becomes this stack's.
 fn address_entry(
     line: &mut Vec<u8>,
     texts: &mut FrameTexts,
+    previous: &mut Vec<u64>,
     n: usize,
     id: StackId,
     frames: &[FrameRef],
 ) {
-    stack_key(line, n, id);
-    for (k, f) in frames.iter().rev().enumerate() {
-        if k > 0 {
-            line.push(b',');
-        }
-        texts.address(line, f.addr);
+    if n > 0 {
+        line.push(b',');
+    }
+    line.push(b'[');
+    line.extend_from_slice(Digits::new().of(id));
+    let outer_first = frames.iter().rev().map(|f| f.addr);
+    let shared = previous
+        .iter()
+        .zip(outer_first.clone())
+        .take_while(|(a, b)| **a == *b)
+        .count();
+    line.push(b',');
+    line.extend_from_slice(Digits::new().of(shared as u64));
+    for addr in outer_first.clone().skip(shared) {
+        line.push(b',');
+        texts.address(line, addr);
     }
     line.push(b']');
+    previous.clear();
+    previous.extend(outer_first);
 }
 
 /// `"id":[` of a stack entry, after a comma unless it is the first (`n` 0).
