@@ -953,6 +953,14 @@ fn stop_writer(print: bool) -> Option<Receiver<Msg>> {
             last = (p, Instant::now());
         }
         if last.1.elapsed() > STALL_LIMIT || begun.elapsed() > EXIT_LIMIT {
+            if print && config().is_some_and(|c| !c.quiet) {
+                sys::stderr_line(&format!(
+                    "gave up waiting for the trace files after {:.1} s, {:.1} s of them without \
+                     progress; what was recorded stays in their spools (`tracer recover FILE.spool`)",
+                    begun.elapsed().as_secs_f64(),
+                    last.1.elapsed().as_secs_f64()
+                ));
+            }
             return None;
         }
     }

@@ -1725,9 +1725,15 @@ fn looks_like_arena_heap(m: &Mapping, mem: &mut dyn Memory) -> bool {
 /// An `mmap`ed malloc chunk whose header is `[prev, head]` at `at`: prev_size
 /// 0 and a size with the IS_MMAPPED bit that is a page multiple fitting
 /// before `end`.
+///
+/// The words are whatever the page holds (code, another runtime's data), so
+/// `size` can be anything: compared with the room left, never added to
+/// `at`. (`at + size` wrapped around for a Java virtual machine's pages: the
+/// walk went on from far below the range, page by page, for seconds.)
 fn mmapped_chunk(at: u64, end: u64, [prev, head]: [u64; 2]) -> Option<u64> {
     let size = head & !7;
-    (prev == 0 && head & 2 != 0 && size >= PAGE && size.is_multiple_of(PAGE) && at + size <= end)
+    let fits = end.checked_sub(at).is_some_and(|room| size <= room);
+    (prev == 0 && head & 2 != 0 && size >= PAGE && size.is_multiple_of(PAGE) && fits)
         .then_some(size)
 }
 
@@ -3006,6 +3012,67 @@ mod tests {
         assert!(sizes_beside(140_000_000, 292_000_000, 71_000));
         assert!(!sizes_beside(17_500_000, 900_000, 41_000));
         assert!(!sizes_beside(200_000, 300_000, 10_000), "late_crowd");
+    }
+
+    /// A page's first words taken for an `mmap`ed chunk's header only when
+    /// the chunk fits before the range's end, whatever the size says.
+    #[test]
+    fn a_chunk_header_never_reaches_past_the_range() {
+        let at = 0x7f8f_2f00_0000u64;
+        let end = at + 0x1d_0000;
+        assert_eq!(mmapped_chunk(at, end, [0, 0x2000 | 2]), Some(0x2000));
+        assert_eq!(mmapped_chunk(at, end, [0, 0x1d_0000 | 2]), Some(0x1d_0000));
+        assert_eq!(mmapped_chunk(at, end, [0, 0x1d_1000 | 2]), None);
+        // A size that wraps `at + size` around to below `end`.
+        let wraps = (u64::MAX - at + 1 + 0x1000) & !0xfff;
+        assert!(at.wrapping_add(wraps) <= end);
+        assert_eq!(mmapped_chunk(at, end, [0, wraps | 2]), None);
+        assert_eq!(mmapped_chunk(at, end, [0, !0xffd]), None);
+        // Not mmapped, or a previous size: no chunk.
+        assert_eq!(mmapped_chunk(at, end, [0, 0x2000]), None);
+        assert_eq!(mmapped_chunk(at, end, [8, 0x2000 | 2]), None);
+    }
+
+    /// The chunk walk over a range whose page holds a header whose size
+    /// wraps around: the range stays whole and no page below it is read.
+    #[test]
+    fn a_wrapping_chunk_size_leaves_the_walk_in_its_range() {
+        struct Pages {
+            base: u64,
+            words: Vec<u64>,
+            lowest: u64,
+        }
+        impl Memory for Pages {
+            fn read(&mut self, addr: u64, buf: &mut [u8]) -> usize {
+                self.lowest = self.lowest.min(addr);
+                let mut n = 0;
+                for (k, b) in buf.chunks_mut(8).enumerate() {
+                    let a = addr + 8 * k as u64;
+                    let Some(i) = a.checked_sub(self.base).map(|o| (o / 8) as usize) else {
+                        break;
+                    };
+                    let Some(w) = self.words.get(i) else { break };
+                    b.copy_from_slice(&w.to_le_bytes()[..b.len()]);
+                    n += b.len();
+                }
+                n
+            }
+        }
+        let base = 0x7f8f_2f00_0000u64;
+        let len = 4 * PAGE;
+        let mut words = vec![0u64; (len / 8) as usize];
+        // Page 1: prev 0, a size with IS_MMAPPED that wraps at + size.
+        let at = base + PAGE;
+        words[(PAGE / 8) as usize + 1] = ((u64::MAX - at + 1 + PAGE) & !0xfff) | 2;
+        let mut mem = Pages {
+            base,
+            words,
+            lowest: u64::MAX,
+        };
+        let mut out = Vec::new();
+        walk_chunks(&[(base, base + len)], &mut mem, &mut out);
+        assert_eq!(out, vec![(base, base + len)]);
+        assert!(mem.lowest >= base, "read at {:#x}", mem.lowest);
     }
 
     #[test]
