@@ -5,6 +5,8 @@
 # exit status; that libtracer printed nothing but its "wrote" lines; and
 # that every trace written passes `tracer validate`. Programs missing here
 # are skipped. One line per command; exit status 1 if any line is not "ok".
+# (Not strace: it kills a child it forks to probe ptrace with SIGKILL, and a
+# killed process leaves its trace as a spool, for `tracer recover`.)
 #
 #   bash scripts/smoke.sh [LIB]     # LIB defaults to target/release/libtracer.so
 set -u
@@ -104,4 +106,10 @@ check gdb "gdb -batch -ex 'print 1 + 2'"
 check file "file /usr/bin/* | wc -l"
 check git "git -C $here log --oneline | wc -l"
 check g++ "printf '#include <map>\\n#include <string>\\nint main(){std::map<int,std::string> m; for(int i=0;i<1000;i++) m[i]=std::to_string(i); return m.size()==1000?0:1;}\\n' > m.cpp && g++ -O1 m.cpp -o m && ./m && echo built"
+check python3 "python3 -c 'import multiprocessing as m; print(sum(m.Pool(4).map(abs, range(10000))))'"
+check perl "perl -e 'for (1..20) { if (!fork) { my @a = (1..10000); exit 0 } } 1 while wait != -1; print \"ok\\n\"'"
+check make "for i in 1 2 3 4 5 6; do echo \"int f\$i(void) { return \$i; }\" > f\$i.c; done && printf 'all: f1.o f2.o f3.o f4.o f5.o f6.o\\n%%.o: %%.c\\n\\tcc -c \$< -o \$@\\n' > Makefile && make -s -j4 && ls *.o | wc -l"
+check xargs "seq 200 | xargs -P4 -n10 echo | wc -l"
+check awk "awk 'BEGIN { for (i = 0; i < 200000; i++) a[i] = i \"x\"; print length(a) }'"
+check openssl "openssl genrsa 2048 2>/dev/null | openssl rsa -noout -check 2>/dev/null"
 exit $failed
