@@ -323,6 +323,18 @@ fn older_stack_addresses_still_read_and_a_bad_delta_is_located() {
         .unwrap_or_else(|| panic!("no offset in {err}"));
     let end = at + "[4,3,4202496]".len();
     assert!((at..end).contains(&byte), "{err}: the element is at {at}");
+
+    // As many addresses as frames, or none: stack 3 has two frames.
+    let short = with_meta(
+        delta,
+        "\"stack_addresses_delta\":[[3,0,4195584],[4,1,4202496]]",
+    );
+    let err = Reader::new(&short[..])
+        .collect::<Result<Vec<_>>>()
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("stack 3's frame addresses"), "{err}");
+    assert!(err.contains("1 addresses"), "{err}");
 }
 
 // ---------------------------------------------------------------- 3. document-only reader

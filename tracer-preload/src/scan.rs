@@ -1982,7 +1982,6 @@ fn other_threads(skip: &[u32]) -> (Vec<u64>, usize) {
     (sps, unknown)
 }
 
-/// libtracer's own writable segments, from its program headers.
 /// Memory of ours the roots leave out: our writable segments, the lanes
 /// and the mappings kept for the process's life (rule tables, sent-stack
 /// caches).
@@ -1993,6 +1992,7 @@ fn own_memory() -> Vec<(u64, u64)> {
     v
 }
 
+/// libtracer's own writable segments, from its program headers.
 fn own_writable() -> Vec<(u64, u64)> {
     extern "C" {
         static __ehdr_start: libc::Elf64_Ehdr;

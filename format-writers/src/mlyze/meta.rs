@@ -439,7 +439,7 @@ impl StackGen {
                     return Err(FormatError::invalid(
                         at,
                         format!(
-                            "stack {id}'s entry of libtracer.stack_addresses_delta with one address per frame ({len})"
+                            "stack {id}'s frame addresses (libtracer.stack_addresses_delta, or the older stack_addresses) with one address per frame ({len})"
                         ),
                         format!("{n} addresses"),
                     ));
