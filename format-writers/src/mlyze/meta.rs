@@ -303,14 +303,7 @@ impl<'de> Deserialize<'de> for DeltaRuns {
                 mut seq: A,
             ) -> std::result::Result<DeltaRuns, A::Error> {
                 let mut runs = Runs::default();
-                let mut previous = (0, 0);
-                while seq
-                    .next_element_seed(DeltaSeed {
-                        runs: &mut runs,
-                        previous: &mut previous,
-                    })?
-                    .is_some()
-                {}
+                while seq.next_element_seed(DeltaSeed(&mut runs))?.is_some() {}
                 Ok(DeltaRuns(runs))
             }
         }
@@ -318,12 +311,9 @@ impl<'de> Deserialize<'de> for DeltaRuns {
     }
 }
 
-/// One element of `stack_addresses_delta`; `previous` is the run (start in
-/// `refs`, length) of the element before it.
-struct DeltaSeed<'a> {
-    runs: &'a mut Runs<u64>,
-    previous: &'a mut (usize, u32),
-}
+/// One element of `stack_addresses_delta`, appended to runs that hold the
+/// elements before it (the last run is the previous element's).
+struct DeltaSeed<'a>(&'a mut Runs<u64>);
 
 impl<'de> DeserializeSeed<'de> for DeltaSeed<'_> {
     type Value = ();
@@ -345,13 +335,13 @@ impl<'de> Visitor<'de> for DeltaSeed<'_> {
         let shared: u64 = seq
             .next_element()?
             .ok_or_else(|| A::Error::invalid_length(1, &self))?;
-        let (from, len) = *self.previous;
+        let runs = self.0;
+        let (from, len) = runs.runs.last().map_or((0, 0), |&(_, s, n)| (s, n));
         if shared > u64::from(len) {
             return Err(A::Error::custom(format!(
                 "stack {id} sharing {shared} addresses with an element of {len}"
             )));
         }
-        let runs = self.runs;
         let start = runs.refs.len();
         let too_many = || A::Error::custom("more than 2^32 stack elements");
         if start + shared as usize >= u32::MAX as usize {
@@ -366,7 +356,6 @@ impl<'de> Visitor<'de> for DeltaSeed<'_> {
         }
         let n = (runs.refs.len() - start) as u32;
         runs.runs.push((id, start, n));
-        *self.previous = (start, n);
         Ok(())
     }
 }
