@@ -111,6 +111,25 @@ fn direct_leak_is_definite() {
     check_equal("direct", &[classes((128, 2), (0, 0), (0, 0), (0, 0))]);
 }
 
+/// A 64 MiB mapping written only on its last page: the pointer there is
+/// found, and the pages never written are not read (the statistics line
+/// counts them; the kernel's page tables tell which pages were written).
+#[test]
+fn a_mapping_written_only_at_its_end_is_read_only_there() {
+    check_equal("unwritten", &[classes((200, 1), (0, 0), (0, 0), (100, 1))]);
+    let (_, s, stats) = scan_with_stats(&Cmd::new(example("leaks/unwritten")));
+    assert_eq!(s.classes, classes((200, 1), (0, 0), (0, 0), (100, 1)));
+    let never: u64 = stats
+        .split(", ")
+        .find_map(|f| f.strip_suffix(" bytes never written (not read)"))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no unwritten bytes in: {stats}"));
+    assert!(
+        never >= (64 << 20) - 4096,
+        "{never} bytes skipped of the mapping's 64 MiB: {stats}"
+    );
+}
+
 /// Runs `cmd` under libtracer with the scan's statistics line
 /// (`TRACER_SCAN_STATS`); the run must succeed and its scan classify every
 /// block live at the scan exactly once. Returns the run, its scan read back

@@ -68,6 +68,47 @@ pub fn read_proc(path: &core::ffi::CStr) -> Option<Vec<u8>> {
     Some(out)
 }
 
+/// A `/proc` file held open for reads at given offsets (`pagemap`), its
+/// descriptor off the lowest numbers like [`read_proc`]'s; closed on drop.
+pub struct ProcFile(c_int);
+
+impl ProcFile {
+    pub fn open(path: &core::ffi::CStr) -> Option<ProcFile> {
+        open_high(path).map(ProcFile)
+    }
+
+    /// Reads into `buf` from byte `offset`: the bytes read, `None` on an error.
+    pub fn read_at(&self, buf: &mut [u8], offset: u64) -> Option<usize> {
+        loop {
+            // SAFETY: `buf` is writable for its length; the descriptor is
+            // ours until the drop.
+            let n = unsafe {
+                direct_syscall(
+                    libc::SYS_pread64,
+                    &[
+                        self.0 as c_long,
+                        buf.as_mut_ptr() as c_long,
+                        buf.len() as c_long,
+                        offset as c_long,
+                    ],
+                )
+            };
+            if n >= 0 {
+                return Some(n as usize);
+            }
+            if errno() != libc::EINTR {
+                return None;
+            }
+        }
+    }
+}
+
+impl Drop for ProcFile {
+    fn drop(&mut self) {
+        raw_close(self.0);
+    }
+}
+
 /// `path` opened read-only, its descriptor moved off the lowest free number
 /// at once (see [`read_proc`]); raw calls.
 fn open_high(path: &core::ffi::CStr) -> Option<c_int> {

@@ -1025,7 +1025,7 @@ impl State {
     fn scan_stats(&self, stats: &scan::Stats, replay_us: u64, deferred: bool) {
         if std::env::var_os("TRACER_SCAN_STATS").is_some() {
             sys::stderr_line(&format!(
-                "leak scan: {} blocks, {} sizes {} in {} us{}, {} root bytes, {} us, blocks {}",
+                "leak scan: {} blocks, {} sizes {} in {} us{}, {} root bytes, {} bytes never written (not read), {} us, blocks {}",
                 stats.blocks,
                 self.live.replayed_blocks(),
                 if self.live.replay_failed() {
@@ -1040,6 +1040,7 @@ impl State {
                     _ => "",
                 },
                 stats.root_bytes,
+                stats.unwritten_bytes,
                 stats.nanos / 1000,
                 if stats.direct {
                     "copied directly"
