@@ -157,6 +157,8 @@ pub(crate) struct DebugSearch<'a> {
     pub host_paths: bool,
     /// Whether to look for a separate debug file at all.
     pub separate: bool,
+    /// Whether to read DWARF at all (else the symbol tables alone).
+    pub dwarf: bool,
 }
 
 fn map(path: &Path) -> Result<Arc<Mmap>, OpenError> {
@@ -336,7 +338,7 @@ impl Image {
         let build_id = file.build_id().ok().flatten();
         let mut debug_file = None;
         let mut dwarf_source: Option<(Arc<Mmap>, PathBuf)> = None;
-        if search.separate && !has_debug_info(&file) {
+        if search.dwarf && search.separate && !has_debug_info(&file) {
             let debuglink = file.gnu_debuglink().ok().flatten().map(|(name, _crc)| name);
             for candidate in debug_candidates(path, build_id, debuglink, search) {
                 let Ok(dmap) = map(&candidate) else { continue };
@@ -367,7 +369,9 @@ impl Image {
                     Err(_) => (None, Some("debug file became unreadable".into())),
                 }
             }
-            None if has_debug_info(&file) => make_context(&file, &mmap, path, search),
+            None if search.dwarf && has_debug_info(&file) => {
+                make_context(&file, &mmap, path, search)
+            }
             None => (None, None),
         };
 
@@ -680,6 +684,7 @@ mod tests {
             debug_dirs: &[],
             host_paths: true,
             separate: false,
+            dwarf: true,
         };
         let libc = ["/lib/x86_64-linux-gnu/libc.so.6", "/usr/lib64/libc.so.6"]
             .into_iter()
@@ -777,6 +782,7 @@ mod tests {
             debug_dirs: &[],
             host_paths: true,
             separate: false,
+            dwarf: true,
         };
         let full = Image::open(&exe, &search, None).unwrap();
         let at = |name: &str| {

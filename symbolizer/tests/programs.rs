@@ -122,6 +122,42 @@ fn check_chain(pie: bool) {
     );
 }
 
+/// An object asked to be named from its symbol tables alone gives each
+/// function's name without its file and line, though its DWARF has them;
+/// the other objects are untouched.
+#[test]
+fn an_object_named_from_its_symbol_table_alone() {
+    let b = Built::new();
+    let src = chain_source();
+    let bin = b.compile("gcc", "chain.c", &src, "chain", &["-g", "-O0"]);
+    let out = run(&bin, &[]);
+    let path = bin.to_str().unwrap();
+    let f3 = out.addr("fn", "f3");
+    let mut full = Symbolizer::new(&out.objects, path, Options::default());
+    let line = line_of(&src, "/* DEF 3 */");
+    assert_eq!(
+        only_frame(full.symbolize(f3, false)),
+        ("f3", "chain.c", line)
+    );
+    let module = out.main_object().path.clone();
+    let mut table = Symbolizer::new(&out.objects, path, Options::default())
+        .symbol_table_only(if module.is_empty() { path } else { &module });
+    let r = table.symbolize(f3, false).clone();
+    assert_eq!(r.frames.len(), 1, "{r:?}");
+    assert_eq!(r.frames[0].function.as_deref(), Some("f3"));
+    assert_eq!(
+        (r.frames[0].file.as_deref(), r.frames[0].line),
+        (None, None)
+    );
+    // Another module's name leaves this one's DWARF read.
+    let mut other = Symbolizer::new(&out.objects, path, Options::default())
+        .symbol_table_only("/no/such/object.so");
+    assert_eq!(
+        only_frame(other.symbolize(f3, false)),
+        ("f3", "chain.c", line)
+    );
+}
+
 #[test]
 fn c_chain_pie() {
     check_chain(true);

@@ -101,6 +101,49 @@ fn pthread_getattr_np_as_a_threads_first_call_does_not_hang() {
     }
 }
 
+/// glibc allocates inside pthread_getattr_np, so our wrapper is a frame of
+/// those stacks (under glibc's own pthread_getattr_np). The exit names it
+/// from the library's symbol table: no file or line of ours, since reading
+/// the library's DWARF took 75-115 ms of the exit of a program that runs
+/// for 3 ms untraced. The program's own frames keep their files and lines.
+#[test]
+fn our_wrapper_frames_are_named_from_the_symbol_table() {
+    let bin = example("getattr_first");
+    let run = run_traced(&Cmd::new(&bin), &[]);
+    assert!(run.output.status.success(), "{}", run.stderr());
+    let trace = single_trace(&run);
+    let mut ours = 0;
+    let mut worker_lines = Vec::new();
+    for &stack in trace.stacks.keys() {
+        let frames = trace.symbolized(stack);
+        for (k, (addr, sym)) in frames.iter().enumerate() {
+            let Some(s) = sym else { continue };
+            assert!(
+                !s.file.contains("tracer-preload"),
+                "{addr:#x} named from our DWARF: {s:?}"
+            );
+            let outer = frames.get(k + 1).and_then(|f| f.1.as_ref());
+            if s.function == "pthread_getattr_np"
+                && outer.is_some_and(|o| o.function == "pthread_getattr_np")
+            {
+                ours += 1;
+                let o = outer.unwrap();
+                assert_eq!((o.file.as_str(), o.line), ("", 0), "our frame: {o:?}");
+            }
+            if s.function == "worker" {
+                worker_lines.push((s.file.clone(), s.line));
+            }
+        }
+    }
+    assert!(ours > 0, "no stack runs through our pthread_getattr_np");
+    assert!(
+        worker_lines
+            .iter()
+            .any(|(f, l)| f.ends_with("getattr_first.c") && *l > 0),
+        "worker() keeps its file and line: {worker_lines:?}"
+    );
+}
+
 /// stderr_reused.c closes descriptor 2 and opens its own file there: the
 /// tracer's exit summary (TRACER_QUIET=0) must not land in that file, nor
 /// its lines about a bad setting; the program's stdout and status are the

@@ -1339,6 +1339,14 @@ fn address_symbols(
     if !separate {
         names = names.without_separate_debug();
     }
+    // Our own frames (wrappers glibc allocates inside) by their symbols:
+    // not the library's DWARF (see `Symbolizer::symbol_table_only`).
+    let (own, _) = sys::own_text_range();
+    if let Some(o) =
+        (objects.iter()).find(|o| own >= o.load_address && own - o.load_address < o.size.max(1))
+    {
+        names = names.symbol_table_only(&o.path);
+    }
     for &a in addrs.iter() {
         if let Some(p) = progress {
             p.fetch_add(1, Ordering::Relaxed);
