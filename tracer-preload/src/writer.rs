@@ -1342,9 +1342,7 @@ fn address_symbols(
     // Our own frames (wrappers glibc allocates inside) by their symbols:
     // not the library's DWARF (see `Symbolizer::symbol_table_only`).
     let (own, _) = sys::own_text_range();
-    if let Some(o) =
-        (objects.iter()).find(|o| own >= o.load_address && own - o.load_address < o.size.max(1))
-    {
+    if let Some(o) = (objects.iter()).find(|o| own.wrapping_sub(o.load_address) < o.size) {
         names = names.symbol_table_only(&o.path);
     }
     for &a in addrs.iter() {
