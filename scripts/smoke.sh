@@ -54,46 +54,11 @@ check() {
     printf '%-3s %-22s %s\n' "$n" "$status ($traces)" "$cmd"
 }
 
-cat >"$work/Alloc.java" <<'JAVA'
-import java.util.*;
-public class Alloc {
-  public static void main(String[] a) throws Exception {
-    List<Thread> ts = new ArrayList<>();
-    long[] sizes = new long[4];
-    for (int t = 0; t < 4; t++) {
-      final int k = t;
-      Thread th = new Thread(() -> {
-        HashMap<Integer, String> m = new HashMap<>();
-        for (int i = 0; i < 300000; i++) m.put(i, "v" + i);
-        sizes[k] = m.size();
-      });
-      ts.add(th);
-      th.start();
-    }
-    for (Thread th : ts) th.join();
-    System.out.println(Arrays.stream(sizes).sum());
-  }
-}
-JAVA
-cat >"$work/workers.js" <<'JS'
-const { Worker, isMainThread, parentPort } = require('worker_threads');
-if (isMainThread) {
-  let done = 0, total = 0;
-  for (let i = 0; i < 4; i++) {
-    new Worker(__filename).on('message', m => { total += m; if (++done == 4) console.log(total); });
-  }
-} else {
-  const a = [];
-  for (let i = 0; i < 100000; i++) a.push('x' + i);
-  parentPort.postMessage(a.length);
-}
-JS
-
 check python3 "python3 -c 'import threading, json; r = []; ts = [threading.Thread(target=lambda: r.append(len(json.dumps(list(range(100000)))))) for _ in range(8)]; [t.start() for t in ts]; [t.join() for t in ts]; print(sum(r))'"
 check perl "perl -MStorable -e 'my %h = map { \$_ => [\$_] } 1..100000; print length(Storable::freeze(\\%h)) > 0, \"\\n\"'"
 check node "node -e 'let a = []; for (let i = 0; i < 200000; i++) a.push({x: i, s: \"v\" + i}); console.log(a.length)'"
-check node "node $work/workers.js"
-check java "java $work/Alloc.java"
+check node "node $here/examples/runtimes/workers.js"
+check java "java $here/examples/runtimes/Fill.java 300000"
 check sqlite3 "sqlite3 :memory: 'create table t(a, b); with recursive c(x) as (select 1 union all select x + 1 from c limit 100000) insert into t select x, hex(zeroblob(20)) from c; select count(*), sum(length(b)) from t;'"
 check sort "seq 1 300000 | sort -R --random-source=/usr/bin/ls | sort -n | tail -1"
 check xz "tar cf - /usr/include 2>/dev/null | xz -1 -T2 | xz -d | wc -c"

@@ -24,13 +24,15 @@ fn program(name: &str) -> PathBuf {
         .unwrap_or_else(|| panic!("{name} not found: .ci/run installs it"))
 }
 
-fn check_runs(cmd: Cmd, what: &str) {
+/// `expected`: what the program prints, untraced (and so traced).
+fn check_runs(cmd: Cmd, what: &str, expected: &str) {
     let plain = cmd.run_plain();
     assert!(
         plain.status.success(),
         "{what} untraced: {}",
         status_text(&plain.status)
     );
+    assert_eq!(String::from_utf8_lossy(&plain.stdout), expected, "{what}");
     for round in 1..=3 {
         let run = run_traced(&cmd, &[]);
         let what = format!("{what} (run {round})");
@@ -59,63 +61,26 @@ fn check_runs(cmd: Cmd, what: &str) {
     }
 }
 
-/// Four worker threads building arrays, their counts posted back.
+/// examples/runtimes/workers.js: four worker threads building arrays,
+/// their counts posted back.
 #[test]
 fn node_with_worker_threads() {
-    let dir = fresh_dir("node");
-    let script = dir.join("workers.js");
-    std::fs::write(
-        &script,
-        "const { Worker, isMainThread, parentPort } = require('worker_threads');\n\
-         if (isMainThread) {\n\
-           let done = 0, total = 0;\n\
-           for (let i = 0; i < 4; i++) {\n\
-             new Worker(__filename).on('message', m => {\n\
-               total += m; if (++done == 4) console.log(total); });\n\
-           }\n\
-         } else {\n\
-           const a = [];\n\
-           for (let i = 0; i < 100000; i++) a.push('x' + i);\n\
-           parentPort.postMessage(a.length);\n\
-         }\n",
-    )
-    .unwrap();
-    check_runs(Cmd::new(program("node")).arg(&script).cwd(&dir), "node");
+    let script = repo_root().join("examples/runtimes/workers.js");
+    let cmd = Cmd::new(program("node"))
+        .arg(&script)
+        .cwd(fresh_dir("node"));
+    check_runs(cmd, "node", "400000\n");
 }
 
-/// Four threads filling hash maps, run from source (the launcher compiles
-/// it in the same process).
+/// examples/runtimes/Fill.java: four threads filling hash maps, run from
+/// source (the launcher compiles it in the same process).
 #[test]
 fn java_with_threads() {
-    let dir = fresh_dir("java");
-    let source = dir.join("Fill.java");
-    std::fs::write(
-        &source,
-        "import java.util.*;\n\
-         public class Fill {\n\
-           public static void main(String[] a) throws Exception {\n\
-             List<Thread> ts = new ArrayList<>();\n\
-             long[] sizes = new long[4];\n\
-             for (int t = 0; t < 4; t++) {\n\
-               final int k = t;\n\
-               Thread th = new Thread(() -> {\n\
-                 HashMap<Integer, String> m = new HashMap<>();\n\
-                 for (int i = 0; i < 100000; i++) m.put(i, \"v\" + i);\n\
-                 sizes[k] = m.size();\n\
-               });\n\
-               ts.add(th);\n\
-               th.start();\n\
-             }\n\
-             for (Thread th : ts) th.join();\n\
-             System.out.println(Arrays.stream(sizes).sum());\n\
-           }\n\
-         }\n",
-    )
-    .unwrap();
+    let source = repo_root().join("examples/runtimes/Fill.java");
     // The JVM's performance-data file would go to /tmp: not needed.
     let cmd = Cmd::new(program("java"))
         .arg("-XX:-UsePerfData")
         .arg(&source)
-        .cwd(&dir);
-    check_runs(cmd, "java");
+        .cwd(fresh_dir("java"));
+    check_runs(cmd, "java", "400000\n");
 }
