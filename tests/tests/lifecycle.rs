@@ -559,6 +559,70 @@ fn fork_not_followed_traces_the_parent_only() {
     assert_trace_figures(&trace, FORK_PARENT, "fork parent, children not followed");
 }
 
+/// raw_clone.c's parent (see its header); its child is not traced.
+const RAW_CLONE_PARENT: Figures = Figures::new(1, 1, 1000, 0, 0);
+
+#[test]
+fn raw_clone_parent_figures_valgrind() {
+    let (out, by_pid) = valgrind(&Cmd::new(example("raw_clone")).arg("exit"));
+    assert!(out.status.success());
+    // valgrind does not follow a raw clone: the parent's summary alone.
+    let got: Vec<Figures> = by_pid.values().map(|v| v.figures).collect();
+    assert!(
+        got.contains(&RAW_CLONE_PARENT),
+        "valgrind's figures {got:?} do not hold the parent's"
+    );
+}
+
+/// A child made by the clone system call (no fork handler runs in it) has
+/// a copy of the parent's memory but not the writer thread: it must not
+/// wait for room in a lane or ring no one drains. It runs to the end
+/// untraced; the parent's trace is whole.
+#[test]
+fn a_child_cloned_without_fork_runs_untraced_and_never_waits() {
+    for (mode, formats) in [
+        ("allocs", "mlyze"),
+        ("exit", "mlyze"),
+        ("syscalls", "mlyze,tlv"),
+    ] {
+        let cmd = Cmd::new(example("raw_clone")).arg(mode);
+        let plain = cmd.run_plain();
+        assert_eq!(
+            String::from_utf8_lossy(&plain.stdout),
+            "child: done\nparent: child exited 0\n"
+        );
+        let run = run_traced(&cmd, &[("TRACER_FORMAT", formats), ("TRACER_QUIET", "0")]);
+        assert_same_behaviour(&plain, &run, &format!("raw_clone {mode}"));
+        let mlyze: Vec<_> = run
+            .files
+            .iter()
+            .filter(|p| p.extension().is_some_and(|e| e == "mlyze"))
+            .collect();
+        assert_eq!(
+            mlyze.len(),
+            1,
+            "{mode}: the parent's trace only: {:?}",
+            run.files
+        );
+        let trace = read_trace(mlyze[0]).unwrap();
+        assert_eq!(trace.process.as_ref().map(|p| p.pid), Some(run.pid));
+        assert_trace_figures(&trace, RAW_CLONE_PARENT, &format!("raw_clone {mode}"));
+        for f in &run.files {
+            assert_validates(f);
+        }
+        if mode != "exit" {
+            // The child filled its lane or ring: it says once that it is
+            // not traced.
+            let said = run
+                .stderr()
+                .lines()
+                .filter(|l| l.contains("not traced") && l.contains("clone"))
+                .count();
+            assert_eq!(said, 1, "{mode}: stderr {}", run.stderr());
+        }
+    }
+}
+
 /// exec.c before its execv (see its header), then leak.c in the same process.
 const EXEC_BEFORE: Figures = Figures::new(2, 1, 768, 512, 1);
 const LEAK: Figures = Figures::new(3, 1, 600, 400, 2);

@@ -25,6 +25,9 @@
 //! fresh channel, files and writer; its copy of the parent's pending state is
 //! dropped unwritten. A `vfork` child shares our memory but not our pid: the
 //! lifecycle entry points check the raw pid and leave everything alone there.
+//! A child made by the clone system call without `CLONE_VM` runs no fork
+//! handler: it is not traced, and stops tracing at its first wait for room
+//! (see [`stop_if_left_behind`]).
 
 use core::sync::atomic::{
     AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
@@ -694,6 +697,7 @@ fn start(rx: Option<Receiver<Msg>>) -> bool {
         crate::lane::refuse();
     }
     crate::lane::init();
+    mark_address_space();
     let early = EARLY.with(|list| {
         STATE.store(TRACING, Ordering::Release);
         std::mem::take(list)
@@ -1188,6 +1192,59 @@ extern "C" fn fork_child() {
                 disable();
             }
         }
+    }
+}
+
+// ---------------------------------------------------------------- a copy without fork
+
+/// 1 in the process whose writer runs (set by [`start`], so again by a
+/// followed fork's child); the kernel zeroes it in any child made without
+/// `CLONE_VM` ([`sys::wiped_in_copies`]). A child made by the clone system
+/// call itself (container runtimes, sandboxes, zygotes) runs no fork
+/// handler: it has our copied state, lanes and rings, but no writer. Null
+/// where the kernel refuses the advice.
+static MARK: AtomicPtr<AtomicU64> = AtomicPtr::new(core::ptr::null_mut());
+
+fn mark_address_space() {
+    let mut p = MARK.load(Ordering::Acquire);
+    if p.is_null() {
+        if let Some(word) = sys::wiped_in_copies() {
+            p = (word as *const AtomicU64).cast_mut();
+            MARK.store(p, Ordering::Release);
+        }
+    }
+    // SAFETY: MARK holds null or a word of a page kept for the process's life.
+    if let Some(word) = unsafe { p.as_ref() } {
+        word.store(1, Ordering::Release);
+    }
+}
+
+/// Called by a producer waiting for room (`writer::RoomWait`): when this
+/// process is a copy of the traced one that no fork handler of ours saw,
+/// no writer will ever make room, so tracing stops here (one line on
+/// stderr) and the wait ends. `waited_long`: the producer has waited over a
+/// second, which is the test where the kernel refused the mark (then also
+/// only in a process whose pid is not the traced one: a `vfork` child
+/// shares our memory, and the writer drains its lane).
+pub fn stop_if_left_behind(waited_long: bool) {
+    if !accepting() {
+        return;
+    }
+    // SAFETY: as in `mark_address_space`.
+    let copied = match unsafe { MARK.load(Ordering::Acquire).as_ref() } {
+        Some(word) => word.load(Ordering::Acquire) == 0,
+        None => waited_long && !is_traced_process(),
+    };
+    if !copied {
+        return;
+    }
+    // Our memory is a copy: this changes nothing in the traced process.
+    STATE.store(DISABLED, Ordering::Release);
+    if config().is_some_and(|c| !c.quiet) {
+        sys::stderr_line(&format!(
+            "process {} was made by a clone without fork handlers: not traced",
+            sys::raw_getpid()
+        ));
     }
 }
 

@@ -258,6 +258,31 @@ impl core::ops::DerefMut for Mapped {
     }
 }
 
+/// A word on a page of its own that the kernel gives a child made without
+/// `CLONE_VM` as zeros (`MADV_WIPEONFORK`, Linux 4.14), whatever made the
+/// child: `fork()` or the clone system call called directly. `None` where
+/// the kernel refuses the advice. Kept for the life of the process.
+pub fn wiped_in_copies() -> Option<&'static AtomicU64> {
+    let page = Mapped::zeroed(4096)?;
+    const MADV_WIPEONFORK: c_int = 18;
+    // SAFETY: advice on a mapping of ours, its exact range.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_madvise,
+            page.ptr as usize,
+            page.len,
+            MADV_WIPEONFORK,
+        )
+    };
+    if r != 0 {
+        return None;
+    }
+    let p = page.leak().cast::<AtomicU64>();
+    // SAFETY: the page is mapped, writable and aligned for the life of the
+    // process (leaked), and only ever accessed atomically.
+    Some(unsafe { &*p })
+}
+
 impl Drop for Mapped {
     fn drop(&mut self) {
         // SAFETY: the mapping was made by `zeroed` and is not used after this.

@@ -405,18 +405,28 @@ pub fn wake_if_sleeping() {
 
 /// How a producer waits for the writer to make room (a full channel,
 /// syscall ring or lane): the writer is woken once, then the producer spins
-/// briefly, yields, and sleeps in 50 us steps.
+/// briefly, yields, and sleeps in 50 us steps. A producer in a copy of the
+/// process that has no writer stops tracing instead of waiting
+/// (`lifecycle::stop_if_left_behind`), at its first pause or, where the
+/// kernel cannot tell it is a copy, after a second.
 #[derive(Default)]
 pub struct RoomWait {
     spins: u32,
 }
 
+/// Pauses of [`RoomWait`] after which a producer has waited over a second
+/// (from the 256th on, each sleeps 50 us).
+const LONG_WAIT: u32 = 256 + 20_000;
+
 impl RoomWait {
     pub fn pause(&mut self) {
         if self.spins == 0 {
+            crate::lifecycle::stop_if_left_behind(false);
             wake();
+        } else if self.spins.is_multiple_of(LONG_WAIT) {
+            crate::lifecycle::stop_if_left_behind(true);
         }
-        self.spins += 1;
+        self.spins = self.spins.wrapping_add(1);
         if self.spins < 64 {
             core::hint::spin_loop();
         } else if self.spins < 256 {
