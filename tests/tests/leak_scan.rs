@@ -19,9 +19,9 @@ use std::path::{Path, PathBuf};
 
 use format_writers::LeakKind;
 use tracer_tests::{
-    assert_same_behaviour, dtv_bytes_for, dtv_bytes_under_valgrind, example, fresh_dir, read_scan,
-    run_traced, status_text, tracer, tracer_lib, valgrind_leaks, Cmd, LeakClasses, ScanResult,
-    Traced,
+    assert_same_behaviour, assert_trace_figures, assert_validates, dtv_bytes_for,
+    dtv_bytes_under_valgrind, example, fresh_dir, read_scan, read_trace, run_traced, status_text,
+    tracer, tracer_lib, valgrind_leaks, Cmd, Figures, LeakClasses, ScanResult, Traced,
 };
 
 const NONE: LeakClasses = LeakClasses::new([(0, 0); 4]);
@@ -608,4 +608,48 @@ fn refused_process_vm_readv_the_scan_copies_directly_with_the_same_classes() {
         .find(|s| s.blocks.len() == 5_015)
         .unwrap_or_else(|| panic!("the crowd's scan: {:?}", run.files));
     assert_eq!((s.classes, s.unclassified, s.stray), (expected, 0, 0));
+}
+
+/// examples/sandboxed.c (see its header) filters its own system calls with
+/// seccomp: any outside a short list kills it. Traced, it must end as it
+/// does untraced, with its exact figures and the scan's classes. Before
+/// the exit stopped making other calls on the exiting thread, it died of
+/// SIGSYS in `exit` (`process_vm_readv`, then the `fstat` of descriptor 2
+/// for the summary line), its trace unfinished.
+#[test]
+fn a_program_that_filters_its_own_system_calls_is_not_killed_by_the_tracer() {
+    let cmd = Cmd::new(example("sandboxed"));
+    let plain = cmd.run_plain();
+    assert_eq!(String::from_utf8_lossy(&plain.stdout), "done\n");
+    let pairs: u64 = 100_000;
+    let bytes = 10 + 48 + (0..pairs).map(|i| 32 + i % 100).sum::<u64>();
+    let expected = Figures::new(pairs + 2, pairs, bytes, 58, 2);
+    for formats in ["mlyze", "mlyze,tlv", "dumpalloc"] {
+        let what = format!("sandboxed, TRACER_FORMAT={formats}");
+        let run = run_traced(&cmd, &[("TRACER_FORMAT", formats), ("TRACER_QUIET", "0")]);
+        assert_same_behaviour(&plain, &run, &what);
+        assert!(
+            run.stderr().contains("libtracer: wrote "),
+            "{what}: no summary line: {}",
+            run.stderr()
+        );
+        let allocations = run
+            .files
+            .iter()
+            .find(|p| p.extension().is_some_and(|e| e != "tlv"))
+            .unwrap_or_else(|| panic!("{what}: no trace in {:?}", run.files));
+        for f in &run.files {
+            assert_validates(f);
+        }
+        let trace = read_trace(allocations).unwrap_or_else(|e| panic!("{e}"));
+        assert_trace_figures(&trace, expected, &what);
+        let s = read_scan(allocations).unwrap_or_else(|e| panic!("{e}"));
+        assert!(s.scanned, "{what}: no scan");
+        assert_eq!((s.unclassified, s.stray), (0, 0), "{what}");
+        assert_eq!(
+            s.classes,
+            classes((48, 1), (0, 0), (0, 0), (10, 1)),
+            "{what}"
+        );
+    }
 }

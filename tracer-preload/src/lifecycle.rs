@@ -981,7 +981,8 @@ fn say_written(ctl: &Control) {
     }
     if let Ok(w) = ctl.written.lock() {
         if !w.is_empty() {
-            sys::stderr_line(&format!("wrote {}", w.join(", ")));
+            let first = ctl.stderr_first.load(Ordering::SeqCst);
+            sys::stderr_line_if(first, &format!("wrote {}", w.join(", ")));
         }
     }
 }

@@ -129,29 +129,55 @@ impl ExitPoint {
             return self;
         }
         // `exit` (a few instructions) calls the handlers; the slot holding
-        // the return address into it is found above the current frames.
-        // Not from the heap: see `sys::Mapped`.
-        let Some(mut buf) = sys::Mapped::zeroed(64 * 1024) else {
-            return self;
+        // the return address into it is found in the 64 KiB above the
+        // current frames.
+        const LOOK: u64 = 64 * 1024;
+        let (lo, hi) = crate::tls::stack_bounds();
+        let on_own_stack = hi != 0 && self.sp >= lo && self.sp < hi;
+        // Our thread's stack as the unwinder knows it: read in place, with
+        // no system call (a program that filtered its own system calls with
+        // seccomp, killing on any it did not list, died here of the
+        // `process_vm_readv` below: `examples/sandboxed.c`). Elsewhere (an
+        // alternate signal stack, a coroutine's, bounds never taken) the
+        // words are copied as before. Not from the heap: see `sys::Mapped`.
+        let mut copy = None;
+        let n = if on_own_stack {
+            (hi - self.sp).min(LOOK)
+        } else {
+            let Some(mut buf) = sys::Mapped::zeroed(LOOK as usize) else {
+                return self;
+            };
+            // Where the kernel refuses to read for us, our own stack is
+            // copied directly, up to the end of its mapping (`readable` is
+            // read then): left unread, the exit's frames were scanned, and a
+            // stale pointer into the middle of a leaked list made 1,589 of
+            // its blocks "possibly lost" in examples/leaks/crowd.c.
+            let mut mem = SelfMemory {
+                pid: sys::raw_gettid() as i32,
+                direct: false,
+                readable: None,
+                fast: Vec::new(),
+                pages: PageTable::default(),
+            };
+            let n = mem.read(self.sp, &mut buf) as u64;
+            copy = Some(buf);
+            n
         };
-        // Where the kernel refuses to read for us, our own stack is copied
-        // directly, up to the end of its mapping (`readable` is read then):
-        // left unread, the exit's frames were scanned, and a stale pointer
-        // into the middle of a leaked list made 1,589 of its blocks
-        // "possibly lost" in examples/leaks/crowd.c.
-        let mut mem = SelfMemory {
-            pid: sys::raw_gettid() as i32,
-            direct: false,
-            readable: None,
-            fast: Vec::new(),
-            pages: PageTable::default(),
-        };
-        let n = mem.read(self.sp, &mut buf) as u64;
         let word = |at: u64| -> Option<u64> {
             let off = at.checked_sub(self.sp)?;
-            (off + 8 <= n).then(|| {
-                let o = off as usize;
-                u64::from_le_bytes(buf[o..o + 8].try_into().unwrap_or([0; 8]))
+            if off + 8 > n {
+                return None;
+            }
+            Some(match &copy {
+                Some(buf) => {
+                    let o = off as usize;
+                    u64::from_le_bytes(buf[o..o + 8].try_into().unwrap_or([0; 8]))
+                }
+                // SAFETY: 8 bytes of [sp, sp + n), inside this thread's own
+                // stack between the frame that called us and the stack's
+                // top: mapped, and written by no one while this thread runs
+                // here (our own frames are below `sp`).
+                None => unsafe { core::ptr::read_unaligned(at as usize as *const u64) },
             })
         };
         // The CFA of the frame a return address `ret` (found at `slot`)
@@ -2233,8 +2259,8 @@ pub struct Stats {
 }
 
 /// The exiting thread's side of the direct reads. [`hold_exit`] blocks
-/// the exiting thread's signals and sets `HELD` when no other thread of the
-/// program lives; the scan turns `HELD` into `SCANNING` for as long as it
+/// the exiting thread's signals and sets `HELD`; the scan, when no other
+/// thread of the program lives, turns `HELD` into `SCANNING` for as long as it
 /// copies memory directly, then into `DONE` (also when it read through the
 /// kernel); [`release_exit`] gives the signals back at `DONE`, or at `HELD`
 /// once the wait is over. A waiter that gave up on a stuck writer in the
@@ -2253,22 +2279,27 @@ static HELD_MASK: Mutex<Option<(u32, libc::sigset_t)>> = Mutex::new(None);
 
 /// Whether the exiting thread is the program's only one and holds its
 /// signals for the scan ([`hold_exit`]): nothing of the program runs until
-/// the scan is over.
+/// the scan is over. The writer's thread asks (it counts itself and the
+/// exiting one).
 pub fn held() -> bool {
-    HOLD.load(Ordering::Acquire) == HELD
+    HOLD.load(Ordering::Acquire) == HELD && sys::thread_count().is_some_and(|n| n <= 2)
 }
 
 /// Called by the exiting thread (inside the tracer's guard) before it asks
-/// for the scan: when it is the program's only thread, blocks its signals
-/// (delivered when [`release_exit`] restores the mask) and so lets the scan
-/// copy blocks directly. With other threads alive, or under valgrind,
-/// nothing changes.
+/// for the scan: blocks its signals (delivered when [`release_exit`]
+/// restores the mask) and so lets the scan copy blocks directly when this
+/// thread is the program's only one. With other threads alive, the scan
+/// reads through the kernel, and a signal for this thread waits for the
+/// end of the scan (a signal for the process goes to another thread).
+/// Under valgrind, nothing changes.
 pub fn hold_exit() {
     let me = sys::raw_gettid();
-    // Ours and the writer's: nothing else may run. Under valgrind, valgrind
-    // itself maps and unmaps memory of the process as it runs.
-    let alone = sys::thread_count().is_some_and(|n| n <= 2);
-    if !alone || sys::under_valgrind() {
+    // Under valgrind, valgrind itself maps and unmaps memory of the process
+    // as it runs. Whether the program has other threads is the scan's to
+    // find out (`other_threads`, on the writer's thread): reading
+    // /proc/self/stat here was a system call a program's own seccomp
+    // filter could kill it for, in its `exit`.
+    if sys::under_valgrind() {
         return;
     }
     // SAFETY: both sets are valid locals; changing this thread's own mask

@@ -414,8 +414,15 @@ pub fn write_all_fd(fd: c_int, mut bytes: &[u8]) -> bool {
 
 /// One line on stderr, prefixed `libtracer: `. `errno` is preserved.
 pub fn stderr_line(text: &str) {
+    stderr_line_if(stderr_is_the_first(), text);
+}
+
+/// [`stderr_line`] when `first` (whether descriptor 2 is still the file it
+/// was at start, as [`stderr_is_the_first`] found on another thread): the
+/// caller makes no system call but the `write`.
+pub fn stderr_line_if(first: bool, text: &str) {
     let saved = errno();
-    if stderr_is_the_first() {
+    if first {
         let line = format!("libtracer: {text}\n");
         write_all_fd(2, line.as_bytes());
     }
@@ -454,7 +461,7 @@ pub fn remember_stderr() {
 /// closed it and opened a file of its own there (coreutils close stderr
 /// before they exit; others reuse the number for a log) must not find our
 /// lines in that file. Not yet looked at: yes; closed at start: no.
-fn stderr_is_the_first() -> bool {
+pub fn stderr_is_the_first() -> bool {
     use core::sync::atomic::Ordering;
     match STDERR_SEEN.load(Ordering::Acquire) {
         0 => true,

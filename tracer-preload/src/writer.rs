@@ -147,6 +147,11 @@ pub struct Control {
     pub progress: AtomicU64,
     /// Files finished successfully.
     pub written: Mutex<Vec<String>>,
+    /// Whether descriptor 2 was still the file it was at start when the
+    /// writer finished: the exiting thread then prints the summary line with
+    /// nothing but a `write` (a program's own seccomp filter may kill it for
+    /// any other system call).
+    pub stderr_first: AtomicBool,
     /// Flush requests (incremented by a requester) and the last one served:
     /// everything queued before the request is in the files once served.
     pub flush_requested: AtomicU64,
@@ -365,6 +370,8 @@ pub fn run(
     if let Some(at) = scan::take_request().filter(|_| !crate::alloc::exhausted()) {
         if st.files_alongside_scan() {
             st.finish_alongside_scan(&at, ctl, drained);
+            ctl.stderr_first
+                .store(sys::stderr_is_the_first(), Ordering::SeqCst);
             ctl.done.store(true, Ordering::SeqCst);
             return rx;
         }
@@ -374,6 +381,8 @@ pub fn run(
     }
     st.drain_syscalls();
     st.finish(ctl, drained);
+    ctl.stderr_first
+        .store(sys::stderr_is_the_first(), Ordering::SeqCst);
     ctl.done.store(true, Ordering::SeqCst);
     rx
 }
