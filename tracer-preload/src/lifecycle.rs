@@ -702,6 +702,9 @@ fn start(rx: Option<Receiver<Msg>>) -> bool {
         STATE.store(TRACING, Ordering::Release);
         std::mem::take(list)
     });
+    if ALLOCS.load(Ordering::Relaxed) && DEPTH.load(Ordering::Relaxed) > 0 {
+        crate::unwind::prepare_this_thread();
+    }
     let setup = Setup {
         process: process_record(pid),
         info: info(cfg),

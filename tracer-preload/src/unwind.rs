@@ -68,6 +68,16 @@ pub fn capture(
     got.unwrap_or_else(|| capture_dwarf(buf))
 }
 
+/// Takes the calling thread's lane and its stack bounds now (inside the
+/// guard), so that its next allocation makes no system call of its own:
+/// the lane's `mmap` and `prctl`, and glibc's `/proc/self/maps`,
+/// `prlimit64` and `sched_getaffinity` for the bounds would otherwise come
+/// at the first allocation after start-up, which a program that installs a
+/// seccomp filter first in `main` (or right after `fork`) may be killed for.
+pub fn prepare_this_thread() {
+    let _ = crate::lane::with_capture(|c| known_bounds(&mut c.bounds));
+}
+
 /// The thread's stack bounds from `cached`, computed into it the first time.
 #[inline(always)]
 fn known_bounds(cached: &mut (u64, u64)) -> Option<(u64, u64)> {
