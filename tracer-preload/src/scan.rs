@@ -152,14 +152,7 @@ impl ExitPoint {
             // read then): left unread, the exit's frames were scanned, and a
             // stale pointer into the middle of a leaked list made 1,589 of
             // its blocks "possibly lost" in examples/leaks/crowd.c.
-            let mut mem = SelfMemory {
-                pid: sys::raw_gettid() as i32,
-                direct: false,
-                readable: None,
-                fast: Vec::new(),
-                pages: PageTable::default(),
-            };
-            let n = mem.read(self.sp, &mut buf) as u64;
+            let n = SelfMemory::this_thread().read(self.sp, &mut buf) as u64;
             copy = Some(buf);
             n
         };
@@ -1033,6 +1026,19 @@ struct SelfMemory {
 }
 
 impl SelfMemory {
+    /// Reads of this process's memory through the kernel, as this thread:
+    /// its id, not the process's (the kernel reads the memory of the task
+    /// named, and an exited main thread has none).
+    fn this_thread() -> SelfMemory {
+        SelfMemory {
+            pid: sys::raw_gettid() as i32,
+            direct: false,
+            readable: None,
+            fast: Vec::new(),
+            pages: PageTable::default(),
+        }
+    }
+
     fn vm_read(&self, addr: u64, buf: &mut [u8]) -> isize {
         let local = libc::iovec {
             iov_base: buf.as_mut_ptr().cast(),
@@ -2450,15 +2456,7 @@ pub fn run_with(
     mut later: Option<LaterSizes<'_>>,
 ) -> (Classes, Stats) {
     let begun = sys::now_ns();
-    let mut mem = SelfMemory {
-        // This thread's id, not the process's: the kernel reads the memory
-        // of the task named, and an exited main thread has none.
-        pid: sys::raw_gettid() as i32,
-        direct: false,
-        readable: None,
-        fast: Vec::new(),
-        pages: PageTable::default(),
-    };
+    let mut mem = SelfMemory::this_thread();
     // The blocks with their sizes now, or their addresses alone until
     // `sizes` ran.
     let mut sized = None;
