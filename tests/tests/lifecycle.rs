@@ -623,6 +623,30 @@ fn a_child_cloned_without_fork_runs_untraced_and_never_waits() {
     }
 }
 
+/// Where the kernel cannot mark our memory to tell a copy from the traced
+/// process (`TRACER_NO_COPY_MARK`, private: as a kernel without
+/// `MADV_WIPEONFORK`), the bare clone's child stops tracing after waiting
+/// a second in a process whose pid is not the traced one.
+#[test]
+fn without_the_copy_mark_a_cloned_child_stops_after_a_second() {
+    let cmd = Cmd::new(example("raw_clone")).arg("allocs");
+    let plain = cmd.run_plain();
+    let begun = std::time::Instant::now();
+    let run = run_traced(&cmd, &[("TRACER_NO_COPY_MARK", "1"), ("TRACER_QUIET", "0")]);
+    let took = begun.elapsed();
+    assert_same_behaviour(&plain, &run, "raw_clone allocs, no copy mark");
+    let said = run
+        .stderr()
+        .lines()
+        .filter(|l| l.contains("not traced") && l.contains("clone"))
+        .count();
+    assert_eq!(said, 1, "stderr {}", run.stderr());
+    // The example gives up on its child after 20 s; the wait is a second.
+    assert!(took.as_secs() < 20, "took {took:?}");
+    let trace = read_trace(&run.files[0]).unwrap();
+    assert_trace_figures(&trace, RAW_CLONE_PARENT, "raw_clone, no copy mark");
+}
+
 /// exec.c before its execv (see its header), then leak.c in the same process.
 const EXEC_BEFORE: Figures = Figures::new(2, 1, 768, 512, 1);
 const LEAK: Figures = Figures::new(3, 1, 600, 400, 2);
