@@ -631,9 +631,9 @@ fn a_child_cloned_without_fork_runs_untraced_and_never_waits() {
 fn without_the_copy_mark_a_cloned_child_stops_after_a_second() {
     let cmd = Cmd::new(example("raw_clone")).arg("allocs");
     let plain = cmd.run_plain();
-    let begun = std::time::Instant::now();
+    // The example gives up on a child still running after 20 s (it prints
+    // "parent: child hung"), so the same output means the child ended.
     let run = run_traced(&cmd, &[("TRACER_NO_COPY_MARK", "1"), ("TRACER_QUIET", "0")]);
-    let took = begun.elapsed();
     assert_same_behaviour(&plain, &run, "raw_clone allocs, no copy mark");
     let said = run
         .stderr()
@@ -641,8 +641,6 @@ fn without_the_copy_mark_a_cloned_child_stops_after_a_second() {
         .filter(|l| l.contains("not traced") && l.contains("clone"))
         .count();
     assert_eq!(said, 1, "stderr {}", run.stderr());
-    // The example gives up on its child after 20 s; the wait is a second.
-    assert!(took.as_secs() < 20, "took {took:?}");
     let trace = read_trace(&run.files[0]).unwrap();
     assert_trace_figures(&trace, RAW_CLONE_PARENT, "raw_clone, no copy mark");
 }
