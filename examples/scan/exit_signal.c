@@ -18,8 +18,10 @@
  *
  * With an argument, a second thread waits in pause() while the process
  * exits: the exiting thread is then not alone, the scan reads blocks
- * through the kernel (which fails harmlessly on a block unmapped meanwhile)
- * and signals are not held; the 32-byte blocks are reachable all the same.
+ * through the kernel (which fails harmlessly on a block unmapped meanwhile),
+ * and the timer's signal goes to the other thread, whose handler unmaps
+ * blocks during the scan (the exiting thread's own signals are held either
+ * way); the 32-byte blocks are reachable all the same.
  */
 #include <pthread.h>
 #include <signal.h>

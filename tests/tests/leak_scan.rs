@@ -435,9 +435,10 @@ fn assert_small_blocks_reachable(s: &ScanResult) {
 
 #[test]
 fn with_another_thread_alive_the_exit_scan_reads_through_the_kernel() {
-    // A second thread waits in pause() while the process exits: nothing is
-    // held, the timer's handler may run on either thread and unmap blocks
-    // during the scan, and the kernel's reads fail harmlessly on them.
+    // A second thread waits in pause() while the process exits: the
+    // exiting thread holds its signals, so the timer's handler runs on the
+    // other one and unmaps blocks during the scan, and the kernel's reads
+    // fail harmlessly on them.
     let bin = example("scan/exit_signal");
     let (_, s, stats) = scan_with_stats(&Cmd::new(&bin).arg("thread"));
     assert!(stats.ends_with("blocks read through the kernel"), "{stats}");
