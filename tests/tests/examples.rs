@@ -137,6 +137,30 @@ fn exit_live_traced() {
     traced_matches("exit_live", EXIT_LIVE);
 }
 
+/// `quick_exit` (whose last step is glibc's internal `_exit`, which no hook
+/// sees) and `syscall(SYS_exit_group)` end the process as `_exit` does:
+/// the trace file itself is finished, nothing left to recover, with the
+/// exit scan's classes. Before, both left an empty file and an empty spool.
+#[test]
+fn quick_exit_and_a_raw_exit_group_finish_the_trace() {
+    for how in ["quick", "syscall"] {
+        let cmd = Cmd::new(example("exit_live")).arg(how);
+        let plain = cmd.run_plain();
+        assert_eq!(status_text(&plain.status), "exit 3");
+        let run = run_traced(&cmd, &[]);
+        assert_same_behaviour(&plain, &run, how);
+        assert!(spools(&run.dir).is_empty(), "{how}: a spool was left");
+        let trace = single_trace(&run);
+        assert_trace_figures(&trace, EXIT_LIVE, how);
+        let scan = read_scan(&trace.path).unwrap_or_else(|e| panic!("{e}"));
+        assert!(scan.scanned, "{how}: no exit scan");
+        assert_eq!((scan.unclassified, scan.stray), (0, 0), "{how}");
+        // Both blocks are held by the global array.
+        let reachable = scan.classes.get(format_writers::LeakKind::Reachable);
+        assert_eq!(reachable, (1000, 2), "{how}: {:?}", scan.classes);
+    }
+}
+
 #[test]
 fn abort_valgrind() {
     valgrind_says("abort", ABORT);

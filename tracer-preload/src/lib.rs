@@ -166,8 +166,8 @@ pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) 
 }
 
 /// `syscall()`: the four descriptor calls (`close`, `dup2`, `dup3`,
-/// `close_range`, the numbers below and the match there) go to their hooks
-/// ([`hooks::descriptor_syscall`]), every
+/// `close_range`) and `exit_group` (the numbers below and the match there)
+/// go to their hooks ([`hooks::hooked_syscall`]), every
 /// other number to the kernel exactly as glibc's own `syscall()` makes it:
 /// the arguments moved one register down (the sixth from the stack), the
 /// instruction, -1 and `errno` for a result in [-4095, -1]. Naked, so that
@@ -194,6 +194,8 @@ pub unsafe extern "C" fn syscall(n: c_long) -> c_long {
         "je 2f",
         "cmp rdi, {close_range}",
         "je 2f",
+        "cmp rdi, {exit_group}",
+        "je 2f",
         "mov rax, rdi",
         "mov rdi, rsi",
         "mov rsi, rdx",
@@ -209,13 +211,14 @@ pub unsafe extern "C" fn syscall(n: c_long) -> c_long {
         "mov rdi, rax",
         "jmp {failed}",
         "2:",
-        "jmp {descriptors}",
+        "jmp {hooked}",
         close = const libc::SYS_close,
         dup2 = const libc::SYS_dup2,
         dup3 = const libc::SYS_dup3,
         close_range = const libc::SYS_close_range,
+        exit_group = const libc::SYS_exit_group,
         failed = sym hooks::syscall_failed,
-        descriptors = sym hooks::descriptor_syscall,
+        hooked = sym hooks::hooked_syscall,
     )
 }
 

@@ -411,6 +411,7 @@ pub fn constructor() {
     unsafe {
         libc::pthread_atfork(Some(fork_prepare), Some(fork_parent), Some(fork_child));
         libc::atexit(at_exit);
+        sys::at_quick_exit(at_quick_exit);
     }
     let enabled = config().is_some_and(|c| c.enabled);
     if !enabled || !start(None) {
@@ -1118,13 +1119,25 @@ pub fn orphaned() -> bool {
 }
 
 extern "C" fn at_exit() {
+    at_exit_of(c"exit");
+}
+
+/// `quick_exit` runs the `at_quick_exit` handlers, ours last, then ends the
+/// process with glibc's internal `_exit`, which no hook of ours sees.
+extern "C" fn at_quick_exit() {
+    at_exit_of(c"quick_exit");
+}
+
+/// The last exit handler of `exit` or `quick_exit` (`name`): the scan from
+/// the frame that called it, then the files.
+fn at_exit_of(name: &core::ffi::CStr) {
     if orphaned() {
         return;
     }
     crate::syscalls::before_exit_handler();
     if is_traced_process() && crate::scan::enabled() {
         let g = tls::enter();
-        let at = crate::scan::ExitPoint::here().above_exit();
+        let at = crate::scan::ExitPoint::here().above_call_of(name);
         drop(g);
         stop_after_scan(at);
         return;

@@ -113,18 +113,19 @@ impl ExitPoint {
 }
 
 impl ExitPoint {
-    /// When called (indirectly) from libc's `exit`: moves the start of the
-    /// live stack up to the frame that called `exit` (past libtracer's own
-    /// `exit` wrapper too, when there is one). The frames of `exit` and its
-    /// handlers hold nothing of the program's, but their unused slots still
-    /// hold stale words from earlier, deeper calls (the allocation calls among
-    /// them), which memcheck does not see (they are undefined for it) and
-    /// which would make leaked blocks look reachable. The caller must be
-    /// inside the tracer's guard (`dlsym` may allocate).
-    pub fn above_exit(mut self) -> ExitPoint {
+    /// When called (indirectly) from libc's `exit` (`quick_exit`: `name`):
+    /// moves the start of the live stack up to the frame that called it
+    /// (past libtracer's own `exit` wrapper too, when there is one). The
+    /// frames of `exit` and its handlers hold nothing of the program's, but
+    /// their unused slots still hold stale words from earlier, deeper calls
+    /// (the allocation calls among them), which memcheck does not see (they
+    /// are undefined for it) and which would make leaked blocks look
+    /// reachable. The caller must be inside the tracer's guard (`dlsym` may
+    /// allocate).
+    pub fn above_call_of(mut self, name: &core::ffi::CStr) -> ExitPoint {
         // SAFETY: dlsym with a valid NUL-terminated name; RTLD_NEXT finds
-        // glibc's `exit` even when libtracer defines one.
-        let exit_fn = unsafe { libc::dlsym(libc::RTLD_NEXT, c"exit".as_ptr()) } as u64;
+        // glibc's function even when libtracer defines one.
+        let exit_fn = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) } as u64;
         if exit_fn == 0 {
             return self;
         }

@@ -18,6 +18,8 @@ extern "C" {
     pub fn __libc_valloc(size: size_t) -> *mut c_void;
     pub fn __libc_pvalloc(size: size_t) -> *mut c_void;
     pub fn __libc_mallopt(param: c_int, value: c_int) -> c_int;
+    /// C11's `at_quick_exit` (glibc 2.18), which the `libc` crate lacks.
+    pub fn at_quick_exit(f: extern "C" fn()) -> c_int;
 }
 
 /// The calling thread's `errno`.
@@ -485,7 +487,8 @@ pub fn raw_close(fd: c_int) -> c_int {
 /// A system call made here with the `syscall` instruction, with glibc's
 /// `syscall()` conventions (the result, or -1 and `errno`), never through
 /// the exported `syscall` symbol: that one is ours (`lib.rs`), and the
-/// descriptor calls it hands to their hooks would come back to them.
+/// descriptor calls and `exit_group` it hands to their hooks would come
+/// back to them.
 /// `args`: up to six, the rest 0.
 ///
 /// # Safety
@@ -589,8 +592,10 @@ const PARK_AT: c_int = 1024;
 /// anything of ours or the program's.
 pub fn raw_exit_group(status: c_int) -> ! {
     loop {
-        // SAFETY: exit_group never returns.
-        unsafe { libc::syscall(libc::SYS_exit_group, status) };
+        // SAFETY: exit_group never returns. Not through `libc::syscall`:
+        // our exported `syscall` hands exit_group to `hooks::exit_now`,
+        // which ends here.
+        unsafe { direct_syscall(libc::SYS_exit_group, &[c_long::from(status)]) };
     }
 }
 
