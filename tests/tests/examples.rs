@@ -266,3 +266,43 @@ fn python_sees_the_same_signal_dispositions() {
         String::from_utf8_lossy(&plain.stdout)
     );
 }
+
+/// examples/usable_size.c linked with another allocator: jemalloc, which
+/// does not define glibc's `__libc_*` functions (our hooks then hand the
+/// program glibc's blocks), and tcmalloc, which does (our hooks then hand
+/// it tcmalloc's). Either way `malloc_usable_size` must answer for the
+/// allocator the blocks came from: linked with jemalloc, the traced program
+/// died of SIGSEGV in jemalloc's `malloc_usable_size` until libtracer
+/// exported its own. `.ci/run` installs both allocators.
+#[test]
+fn a_program_linked_with_another_allocator_keeps_one_heap() {
+    let n: u64 = 100_000;
+    let bytes = (0..n).map(|i| 24 + i % 200).sum::<u64>();
+    let expected = Figures::new(n, n, bytes, 0, 0);
+    for link in [
+        "-ljemalloc",
+        "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4",
+    ] {
+        let bin = example_with("usable_size", &["-O0", "-g", "-Wl,--no-as-needed", link]);
+        // Both allocators need libstdc++, whose start-up allocates its
+        // 72,704-byte emergency exception pool (see `cxx_new_traced`).
+        let stdcxx = loaded_objects(&bin, None)
+            .iter()
+            .any(|o| o.to_string_lossy().contains("libstdc++"));
+        let expected = if stdcxx {
+            expected.plus_live(1, 72_704)
+        } else {
+            expected
+        };
+        let cmd = Cmd::new(bin);
+        let plain = cmd.run_plain();
+        assert_eq!(
+            String::from_utf8_lossy(&plain.stdout),
+            "ok 100000\n",
+            "{link}"
+        );
+        let run = run_traced(&cmd, &[]);
+        assert_same_behaviour(&plain, &run, link);
+        assert_trace_figures(&single_trace(&run), expected, link);
+    }
+}

@@ -14,6 +14,8 @@
 //! Descriptor, exec and exit hooks protect the trace files and finish them at
 //! the right moments; see `fds` and `lifecycle`.
 
+use core::sync::atomic::{AtomicUsize, Ordering};
+
 use libc::{c_char, c_int, c_long, c_uint, c_void, size_t};
 
 use crate::syscalls::Real;
@@ -132,6 +134,55 @@ pub unsafe fn mallopt(param: c_int, value: c_int) -> c_int {
         crate::scan::set_exact_sizes();
     }
     sys::__libc_mallopt(param, value)
+}
+
+/// The `malloc_usable_size` of the object that defines the `__libc_malloc`
+/// our hooks call: glibc's, or that of an allocator that defines the
+/// `__libc_*` functions itself (tcmalloc does, so our hooks already forward
+/// to it). A program linked with an allocator that does not (jemalloc) gets
+/// glibc's blocks from our hooks, and that allocator's own
+/// `malloc_usable_size`, asked about one of them, crashed it
+/// (`examples/usable_size.c`). Resolved by our constructor, or at the
+/// first call before it.
+pub unsafe fn malloc_usable_size(ptr: *mut c_void) -> size_t {
+    let f = match USABLE_SIZE.load(Ordering::Acquire) {
+        0 => resolve_usable_size(),
+        f => f,
+    };
+    if f == 0 {
+        return 0;
+    }
+    // SAFETY: `f` is a `malloc_usable_size` found by dlsym, which has this
+    // C signature.
+    let f = core::mem::transmute::<usize, unsafe extern "C" fn(*mut c_void) -> size_t>(f);
+    f(ptr)
+}
+
+static USABLE_SIZE: AtomicUsize = AtomicUsize::new(0);
+
+/// Finds the `malloc_usable_size` [`malloc_usable_size`] calls (0 when
+/// none can be found).
+pub fn resolve_usable_size() -> usize {
+    let _g = tls::enter();
+    let ours = sys::__libc_malloc as *const () as usize;
+    // SAFETY: dladdr reads the loader's tables into the zeroed local; the
+    // handle from dlopen(RTLD_NOLOAD) names an object already loaded, is
+    // only used for dlsym, and is given back.
+    let f = unsafe {
+        let mut info: libc::Dl_info = core::mem::zeroed();
+        if libc::dladdr(ours as *const c_void, &mut info) == 0 || info.dli_fname.is_null() {
+            return 0;
+        }
+        let h = libc::dlopen(info.dli_fname, libc::RTLD_LAZY | libc::RTLD_NOLOAD);
+        if h.is_null() {
+            return 0;
+        }
+        let f = libc::dlsym(h, c"malloc_usable_size".as_ptr()) as usize;
+        libc::dlclose(h);
+        f
+    };
+    USABLE_SIZE.store(f, Ordering::Release);
+    f
 }
 
 pub unsafe fn marker(name: *const c_char) {

@@ -139,6 +139,13 @@ pub unsafe extern "C" fn mallopt(param: c_int, value: c_int) -> c_int {
     hooks::mallopt(param, value)
 }
 
+/// `malloc_usable_size`, of the allocator the hooks forward to (see
+/// [`hooks::malloc_usable_size`]).
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn malloc_usable_size(ptr: *mut c_void) -> size_t {
+    hooks::malloc_usable_size(ptr)
+}
+
 /// Puts a named marker into the trace.
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn tracer_marker(name: *const c_char) {

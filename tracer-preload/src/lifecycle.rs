@@ -390,6 +390,7 @@ pub fn constructor() {
         }
     }
     crate::cfi::init();
+    crate::hooks::resolve_usable_size();
     DEPTH.store(cfg.stack_depth, Ordering::Relaxed);
     UNWIND_FP.store(cfg.unwind == Unwind::Fp, Ordering::Relaxed);
     ALLOCS.store(cfg.allocations(), Ordering::Relaxed);
