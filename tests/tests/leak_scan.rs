@@ -111,6 +111,18 @@ fn direct_leak_is_definite() {
     check_equal("direct", &[classes((128, 2), (0, 0), (0, 0), (0, 0))]);
 }
 
+/// A program that lowers its descriptor limit below where the tracer keeps
+/// its descriptors: the scan still reads the process's mappings (it found
+/// no roots, and every block came out definitely lost, until /proc files
+/// were read from a low descriptor where no high one could be had).
+#[test]
+fn a_program_with_few_descriptors_left_is_scanned_whole() {
+    check_equal(
+        "few_descriptors",
+        &[classes((77, 1), (0, 0), (0, 0), (40, 1))],
+    );
+}
+
 /// A 64 MiB mapping written only on its last page: the pointer there is
 /// found, and the pages never written are not read (the statistics line
 /// counts them; the kernel's page tables tell which pages were written).
