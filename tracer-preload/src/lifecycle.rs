@@ -419,6 +419,9 @@ pub fn constructor() {
         disable();
         return;
     }
+    if crate::scan::enabled() {
+        crate::scan::keep_maps_open();
+    }
     crate::signals::install();
 }
 
@@ -1205,9 +1208,12 @@ extern "C" fn fork_child() {
             CONTROL.store(core::ptr::null_mut(), Ordering::Release);
             WRITER_RUNNING.store(false, Ordering::Release);
             fds::release_all();
+            crate::scan::forget_kept_maps();
             let follow = config().is_some_and(|c| c.follow_fork && c.enabled);
             if state != TRACING || !follow || !start(None) {
                 disable();
+            } else if crate::scan::enabled() {
+                crate::scan::keep_maps_open();
             }
         }
     }

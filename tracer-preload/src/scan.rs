@@ -2144,8 +2144,10 @@ fn walk_chunks(parts: &[(u64, u64)], mem: &mut dyn Memory, out: &mut Vec<(u64, u
 fn other_threads(skip: &[u32]) -> (Vec<u64>, usize) {
     let mut sps = Vec::new();
     let mut unknown = 0;
+    // Unreadable (a chroot without /proc, no descriptor left): there may be
+    // threads, and the scan must not copy memory directly.
     let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
-        return (sps, 0);
+        return (sps, 1);
     };
     for e in dir.flatten() {
         let Some(tid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
@@ -2372,8 +2374,48 @@ pub fn fast_mappings(maps: &[Mapping]) -> Vec<(u64, u64)> {
 fn own_maps() -> String {
     sys::read_proc(c"/proc/thread-self/maps")
         .or_else(|| sys::read_proc(c"/proc/self/maps"))
+        .or_else(kept_maps)
         .map(|b| String::from_utf8_lossy(&b).into_owned())
         .unwrap_or_default()
+}
+
+/// The registry slot (`fds`, so that the program cannot close it or have
+/// its number) of `/proc/self/maps`, opened by [`keep_maps_open`] when
+/// tracing started; -1 without one. Read when the path no longer opens (a
+/// program that `chroot`ed where there is no /proc: its scan found no
+/// roots and called every block definitely lost; `examples/leaks/chroot.c`).
+static KEPT_MAPS: core::sync::atomic::AtomicIsize = core::sync::atomic::AtomicIsize::new(-1);
+
+/// Opens [`KEPT_MAPS`] for this process: at start-up, and in a followed
+/// fork's child after [`forget_kept_maps`] (the parent's descriptor names
+/// the parent's maps). Best effort: none when the registry is full.
+pub fn keep_maps_open() {
+    let slot = sys::ProcFile::open(c"/proc/self/maps")
+        .map(sys::ProcFile::into_raw)
+        .and_then(crate::fds::register)
+        .map_or(-1, |s| s as isize);
+    KEPT_MAPS.store(slot, Ordering::Release);
+}
+
+/// A fork's child released every registered descriptor, the kept maps'
+/// among them.
+pub fn forget_kept_maps() {
+    KEPT_MAPS.store(-1, Ordering::Release);
+}
+
+fn kept_maps() -> Option<Vec<u8>> {
+    use std::os::unix::fs::FileExt;
+    let slot = usize::try_from(KEPT_MAPS.load(Ordering::Acquire)).ok()?;
+    let file = crate::fds::FdSink::new(slot);
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match file.read_at(&mut buf, out.len() as u64) {
+            Ok(0) => return Some(out),
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+            Err(_) => return (!out.is_empty()).then_some(out),
+        }
+    }
 }
 
 /// The live blocks, sorted by address with their sizes, and the kind of

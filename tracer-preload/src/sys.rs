@@ -105,6 +105,16 @@ impl ProcFile {
     }
 }
 
+impl ProcFile {
+    /// The descriptor, kept open for the life of the process (not closed on
+    /// drop).
+    pub fn into_raw(self) -> c_int {
+        let fd = self.0;
+        core::mem::forget(self);
+        fd
+    }
+}
+
 impl Drop for ProcFile {
     fn drop(&mut self) {
         raw_close(self.0);

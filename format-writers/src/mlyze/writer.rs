@@ -1372,7 +1372,10 @@ impl<W: Write> Writer<W> {
         if let Some(sp) = self.spool.take() {
             drop(sp.file);
             if let Some(path) = &sp.path {
-                std::fs::remove_file(path)?;
+                // The file is complete: a spool that can no longer be
+                // reached by its path (a process that chroot'ed, a
+                // directory renamed) stays beside it rather than failing it.
+                let _ = std::fs::remove_file(path);
             }
         }
         Ok(room)
