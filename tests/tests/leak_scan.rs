@@ -123,6 +123,17 @@ fn a_program_with_few_descriptors_left_is_scanned_whole() {
     );
 }
 
+/// A program that has used every descriptor its limit allows: no /proc
+/// path opens at exit, and the mappings come through the descriptor kept
+/// since start-up (the same path a chroot takes, without needing root).
+#[test]
+fn a_program_out_of_descriptors_is_scanned_whole() {
+    check_equal(
+        "no_descriptors",
+        &[classes((77, 1), (0, 0), (0, 0), (40, 1))],
+    );
+}
+
 /// examples/leaks/chroot.c: a process that chroots into an empty directory
 /// before it exits. Its scan still has its roots and its trace is finished
 /// (the scan found no roots, every block came out definitely lost, and
