@@ -256,7 +256,15 @@ fn crash_handled_traced() {
 fn python_sees_the_same_signal_dispositions() {
     let script = "import signal; print([str(signal.getsignal(s)) for s in \
                   (signal.SIGINT, signal.SIGSEGV, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE)])";
-    let cmd = Cmd::new("python3").arg("-c").arg(script);
+    // The dispositions python3 starts with are the defaults whatever the
+    // test runs under (a job started in the background without job
+    // control ignores SIGINT, nohup SIGHUP): `env` resets them, then
+    // execs python3.
+    let cmd = Cmd::new("env")
+        .arg("--default-signal=INT,HUP,TERM,PIPE,SEGV")
+        .arg("python3")
+        .arg("-c")
+        .arg(script);
     let plain = cmd.run_plain();
     let run = run_traced(&cmd, &[]);
     assert_same_behaviour(&plain, &run, "python3 signal.getsignal");
