@@ -2,18 +2,24 @@
  * numbers where the tracer keeps its descriptors (1024 and up): the exit
  * scan must still read /proc/self/maps and its roots.
  *
- * RLIMIT_NOFILE's soft limit becomes 16. A block of 40 bytes is kept in a global
- * (reachable), one of 77 bytes is lost (definitely lost); 1,000 blocks are
- * allocated and freed before. Expected classes (valgrind agrees):
- * definitely lost 77 bytes in 1 block, still reachable 40 bytes in 1 block.
+ * Usage: few_descriptors [exhaust]. RLIMIT_NOFILE's soft limit becomes 16;
+ * with "exhaust", /dev/null is then opened until the call fails, so that no
+ * /proc file can be opened at exit at all (the mappings come through the
+ * descriptor the tracer kept since start-up). A block of 40 bytes is kept
+ * in a global (reachable), one of 77 bytes is lost (definitely lost); 1,000
+ * blocks are allocated and freed before. Expected classes, both ways
+ * (valgrind agrees): definitely lost 77 bytes in 1 block, still reachable
+ * 40 bytes in 1 block.
  * Output: "done". */
+#include <fcntl.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/resource.h>
 #include "../out.h"
 
 void *volatile kept;
 
-int main(void) {
+int main(int argc, char **argv) {
     struct rlimit r;
     if (getrlimit(RLIMIT_NOFILE, &r) != 0)
         return 2;
@@ -27,6 +33,9 @@ int main(void) {
     kept = malloc(40);
     void *volatile lost = malloc(77);
     lost = NULL;
+    if (argc > 1 && strcmp(argv[1], "exhaust") == 0)
+        while (open("/dev/null", O_RDONLY) >= 0)
+            ;
     out_str("done\n");
     return lost == kept;
 }

@@ -39,13 +39,11 @@ struct Compared {
     scans: Vec<ScanResult>,
 }
 
-fn run_both(bin: &Path) -> Compared {
-    let cmd = Cmd::new(bin);
-    let (vg_out, logs) = valgrind_leaks(&cmd);
+fn run_both(cmd: &Cmd) -> Compared {
+    let (vg_out, logs) = valgrind_leaks(cmd);
     assert!(
         vg_out.status.success(),
-        "{} under valgrind: {}",
-        bin.display(),
+        "{cmd:?} under valgrind: {}",
         status_text(&vg_out.status)
     );
     // The first process is the one whose parent is not among the logs.
@@ -61,11 +59,10 @@ fn run_both(bin: &Path) -> Compared {
             .map(|l| l.classes),
     );
 
-    let traced = run_traced(&cmd, &[]);
+    let traced = run_traced(cmd, &[]);
     assert!(
         traced.output.status.success(),
-        "{} under libtracer: {}; stderr: {}",
-        bin.display(),
+        "{cmd:?} under libtracer: {}; stderr: {}",
         status_text(&traced.output.status),
         traced.stderr()
     );
@@ -94,8 +91,17 @@ fn run_both(bin: &Path) -> Compared {
 
 /// Both tools agree with each other and with the expected classes.
 fn check_equal(name: &str, expected: &[LeakClasses]) {
-    let bin = example(&format!("leaks/{name}"));
-    let c = run_both(&bin);
+    check_equal_with(name, &[], expected);
+}
+
+/// [`check_equal`] with arguments for the example.
+fn check_equal_with(name: &str, args: &[&str], expected: &[LeakClasses]) {
+    let mut cmd = Cmd::new(example(&format!("leaks/{name}")));
+    for a in args {
+        cmd = cmd.arg(a);
+    }
+    let c = run_both(&cmd);
+    let name = format!("{name} {args:?}");
     assert_eq!(c.valgrind, expected, "{name}: valgrind's classes");
     assert_eq!(
         c.ours,
@@ -123,13 +129,14 @@ fn a_program_with_few_descriptors_left_is_scanned_whole() {
     );
 }
 
-/// A program that has used every descriptor its limit allows: no /proc
-/// path opens at exit, and the mappings come through the descriptor kept
-/// since start-up (the same path a chroot takes, without needing root).
+/// The same program once it has used every descriptor its limit allows: no
+/// /proc path opens at exit, and the mappings come through the descriptor
+/// kept since start-up (the path a chroot takes, without needing root).
 #[test]
 fn a_program_out_of_descriptors_is_scanned_whole() {
-    check_equal(
-        "no_descriptors",
+    check_equal_with(
+        "few_descriptors",
+        &["exhaust"],
         &[classes((77, 1), (0, 0), (0, 0), (40, 1))],
     );
 }
@@ -254,7 +261,7 @@ fn a_stale_pointer_past_the_requested_size_keeps_nothing_alive() {
     // copy of its address in its spare bytes is reachable.
     let expected = [classes((24, 1), (0, 0), (0, 0), (105, 1))];
     let bin = example("leaks/slack");
-    let c = run_both(&bin);
+    let c = run_both(&Cmd::new(&bin));
     assert_eq!(c.valgrind, expected, "slack: valgrind's classes");
     assert_eq!(c.ours, c.valgrind, "slack: libtracer's classes");
     // The case is real only if glibc gave the freed chunk back, stale
@@ -280,7 +287,7 @@ fn clean_program_has_no_live_block() {
 #[test]
 fn a_leak_in_a_thread_and_the_dtv_of_the_finished_thread() {
     let bin = example("leaks/thread");
-    let c = run_both(&bin);
+    let c = run_both(&Cmd::new(&bin));
     // The DTV is reached only through the pointer to its second word in the
     // control block of the cached thread stack: possibly lost for both.
     let dtv_vg = dtv_bytes_under_valgrind(&bin);
