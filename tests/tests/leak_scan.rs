@@ -20,8 +20,8 @@ use std::path::{Path, PathBuf};
 use format_writers::LeakKind;
 use tracer_tests::{
     assert_same_behaviour, assert_trace_figures, assert_validates, dtv_bytes_for,
-    dtv_bytes_under_valgrind, example, fresh_dir, read_scan, read_trace, run_traced, status_text,
-    tracer, tracer_lib, valgrind_leaks, Cmd, Figures, LeakClasses, ScanResult, Traced,
+    dtv_bytes_under_valgrind, example, example_with, fresh_dir, read_scan, read_trace, run_traced,
+    status_text, tracer, tracer_lib, valgrind_leaks, Cmd, Figures, LeakClasses, ScanResult, Traced,
 };
 
 const NONE: LeakClasses = LeakClasses::new([(0, 0); 4]);
@@ -401,6 +401,57 @@ fn fail_on_leak_exit_statuses() {
         let (code, stderr) = run_fail_on_leak(&bin);
         assert_eq!(code, want, "tracer run --fail-on-leak -- {name}: {stderr}");
     }
+}
+
+/// A program LD_PRELOAD cannot reach (statically linked) is not checked:
+/// `tracer run` says so in one line naming the program, and a leak check
+/// that read no allocation trace fails the run (1) rather than passing a
+/// program whose leaks it never saw. The static `leaks/direct` loses 128
+/// bytes (see the example); its own status is 0.
+#[test]
+fn a_program_the_library_cannot_reach_fails_the_leak_check() {
+    let bin = example_with("leaks/direct", &["-O0", "-g", "-static"]);
+    let (code, stderr) = run_fail_on_leak(&bin);
+    assert_eq!(
+        code, 1,
+        "tracer run --fail-on-leak on a static program: {stderr}"
+    );
+    let said: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("statically linked"))
+        .collect();
+    assert_eq!(said.len(), 1, "one line says why: {stderr}");
+    assert!(said[0].contains(&*bin.to_string_lossy()), "{stderr}");
+    // Without a leak check the program's own status stands, and the line
+    // is still there.
+    let dir = fresh_dir("run-static");
+    let out = tracer(&[
+        "run".as_ref(),
+        "--output".as_ref(),
+        dir.join("t").as_os_str(),
+        "--".as_ref(),
+        bin.as_os_str(),
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("no trace was written"), "{stderr}");
+    assert!(stderr.contains("statically linked"), "{stderr}");
+    // The same program linked dynamically but traced with the syscall
+    // capture alone: no allocation trace to check, so no pass either.
+    let dynamic = example("leaks/direct");
+    let out = tracer(&[
+        "run".as_ref(),
+        "--format".as_ref(),
+        "tlv".as_ref(),
+        "--fail-on-leak".as_ref(),
+        "--output".as_ref(),
+        dir.join("d").as_os_str(),
+        "--".as_ref(),
+        dynamic.as_os_str(),
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("no allocation trace"), "{stderr}");
 }
 
 fn python3() -> &'static str {

@@ -24,7 +24,11 @@
 //!   4 processes` / `tracer: no leaks in 4 processes`). With
 //!   `--fail-on-leak`, the status is 23 when leaks remain (overriding the
 //!   child's, as LeakSanitizer's `exitcode` does), and 1 when a trace cannot
-//!   be read and the program itself succeeded.
+//!   be read, or no allocation trace was read at all, and the program itself
+//!   succeeded.
+//! - When no process loaded the library (the manifest is empty), one line
+//!   says so, with the reason the program's file shows (statically linked,
+//!   32-bit, set-user-ID).
 
 use std::ffi::{OsStr, OsString};
 use std::io::{ErrorKind, Write};
@@ -260,12 +264,16 @@ pub fn execute(opts: &Options, out: &mut dyn Write) -> Result<i32, Failure> {
     };
     let mut code = shell_status(status);
     let files = read_manifest(&manifest);
+    let checking = opts.leak_check || opts.fail_on_leak;
     if !opts.quiet {
         for f in &files {
             eprintln!("tracer: wrote {}", f.display());
         }
     }
-    if opts.leak_check || opts.fail_on_leak {
+    if files.is_empty() && (checking || !opts.quiet) {
+        writeln!(out, "{}", no_trace_line(Path::new(program)))?;
+    }
+    if checking {
         let leak_opts = crate::leaks::Options {
             show: opts
                 .show
@@ -274,23 +282,96 @@ pub fn execute(opts: &Options, out: &mut dyn Write) -> Result<i32, Failure> {
             ..crate::leaks::Options::default()
         };
         let v = leak_check(&files, &suppressions, &leak_opts, out)?;
-        if files.is_empty() {
-            writeln!(
-                out,
-                "tracer: the program wrote no trace file; no leak report"
-            )?;
+        if v.processes == 0 && v.unreadable == 0 {
+            // Nothing was checked: a static program, or only the syscall
+            // capture asked for. A leak check that saw no heap must not
+            // pass as one that found no leak.
+            writeln!(out, "tracer: no allocation trace was read; no leak report")?;
         } else {
             writeln!(out, "{}", v.line())?;
         }
         if opts.fail_on_leak {
             if v.groups > 0 {
                 code = EXIT_LEAKS;
-            } else if v.unreadable > 0 && code == 0 {
+            } else if (v.unreadable > 0 || v.processes == 0) && code == 0 {
                 code = 1;
             }
         }
     }
     Ok(code)
+}
+
+/// The line said when no process of the command loaded the library, with
+/// the reason when the program's file shows one.
+fn no_trace_line(program: &Path) -> String {
+    let found = find_program(program);
+    let why = found
+        .as_deref()
+        .and_then(|p| unreachable_reason(p).map(|r| (p, r)));
+    match why {
+        Some((p, reason)) => format!("tracer: no trace was written: {} {reason}", p.display()),
+        None => format!(
+            "tracer: no trace was written: no process of {} loaded {LIBRARY} (a statically \
+             linked or set-user-ID program, or one that clears LD_PRELOAD, is not traced)",
+            program.display()
+        ),
+    }
+}
+
+/// `program` as `execvp` finds it: a name with a slash as it is, another
+/// through `PATH`.
+fn find_program(program: &Path) -> Option<PathBuf> {
+    use std::os::unix::ffi::OsStrExt;
+    if program.as_os_str().as_bytes().contains(&b'/') {
+        return Some(program.to_path_buf());
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(program))
+        .find(|p| p.is_file())
+}
+
+/// Why the dynamic loader would not preload anything into `path`, when its
+/// file says so: a statically linked program (an ELF file without a
+/// program interpreter), a 32-bit one, or a set-user-ID/set-group-ID one
+/// (the loader ignores `LD_PRELOAD` paths with a slash for those).
+fn unreachable_reason(path: &Path) -> Option<String> {
+    use std::io::{Read, Seek, SeekFrom};
+    use std::os::unix::fs::PermissionsExt;
+    let mut f = std::fs::File::open(path).ok()?;
+    let mode = f.metadata().ok()?.permissions().mode();
+    let mut ident = [0u8; 64];
+    f.read_exact(&mut ident).ok()?;
+    if &ident[..4] != b"\x7fELF" {
+        return None;
+    }
+    match ident[4] {
+        1 => return Some(format!("is a 32-bit program; {LIBRARY} is 64-bit")),
+        2 => {}
+        _ => return None,
+    }
+    if mode & 0o6000 != 0 {
+        return Some("is set-user-ID or set-group-ID: the loader ignores LD_PRELOAD for it".into());
+    }
+    let u16_at = |o: usize| u16::from_le_bytes([ident[o], ident[o + 1]]);
+    let phoff = u64::from_le_bytes(ident[0x20..0x28].try_into().ok()?);
+    let (entsize, count) = (u16_at(0x36) as usize, u16_at(0x38) as usize);
+    if entsize < 4 {
+        return None;
+    }
+    // At most 65,535 entries of at most 65,535 bytes each: read them one
+    // by one, never allocating from the header's figures.
+    let mut p_type = [0u8; 4];
+    for i in 0..count {
+        f.seek(SeekFrom::Start(phoff.checked_add((i * entsize) as u64)?))
+            .ok()?;
+        f.read_exact(&mut p_type).ok()?;
+        if u32::from_le_bytes(p_type) == 3 {
+            // PT_INTERP: a dynamically linked program.
+            return None;
+        }
+    }
+    Some("is statically linked: LD_PRELOAD does not reach it".into())
 }
 
 /// What the leak check of a run found, over every traced process.
@@ -420,6 +501,46 @@ fn read_manifest(path: &Path) -> Vec<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A 64-bit ELF header with `phnum` program headers of 56 bytes at 64,
+    /// the first of type `first`.
+    fn elf(class: u8, phnum: u16, first: u32) -> Vec<u8> {
+        let mut b = vec![0u8; 64 + 56 * phnum as usize];
+        b[..4].copy_from_slice(b"\x7fELF");
+        b[4] = class;
+        b[0x20..0x28].copy_from_slice(&64u64.to_le_bytes());
+        b[0x36..0x38].copy_from_slice(&56u16.to_le_bytes());
+        b[0x38..0x3a].copy_from_slice(&phnum.to_le_bytes());
+        if phnum > 0 {
+            b[64..68].copy_from_slice(&first.to_le_bytes());
+        }
+        b
+    }
+
+    #[test]
+    fn reasons_read_from_the_program_file() {
+        let dir = std::env::temp_dir().join(format!("tracer-run-elf-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let write = |name: &str, bytes: &[u8]| {
+            let p = dir.join(name);
+            std::fs::write(&p, bytes).unwrap();
+            p
+        };
+        let reason = |p: &Path| unreachable_reason(p).unwrap_or_default();
+        // PT_LOAD (1) only: static; PT_INTERP (3): dynamic, no reason.
+        assert!(reason(&write("static", &elf(2, 2, 1))).contains("statically linked"));
+        assert_eq!(unreachable_reason(&write("dynamic", &elf(2, 2, 3))), None);
+        assert!(reason(&write("i386", &elf(1, 0, 0))).contains("32-bit"));
+        // A script, a truncated header, program headers past the end, a
+        // count far beyond the file: no reason, no panic.
+        assert_eq!(unreachable_reason(&write("script", b"#!/bin/sh\n")), None);
+        assert_eq!(unreachable_reason(&write("short", &elf(2, 1, 1)[..40])), None);
+        let mut far = elf(2, 0xffff, 1);
+        far.truncate(200);
+        assert_eq!(unreachable_reason(&write("far", &far)), None);
+        assert_eq!(unreachable_reason(&dir.join("missing")), None);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn preload_keeps_existing_entries() {
