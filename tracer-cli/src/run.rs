@@ -534,7 +534,10 @@ mod tests {
         // A script, a truncated header, program headers past the end, a
         // count far beyond the file: no reason, no panic.
         assert_eq!(unreachable_reason(&write("script", b"#!/bin/sh\n")), None);
-        assert_eq!(unreachable_reason(&write("short", &elf(2, 1, 1)[..40])), None);
+        assert_eq!(
+            unreachable_reason(&write("short", &elf(2, 1, 1)[..40])),
+            None
+        );
         let mut far = elf(2, 0xffff, 1);
         far.truncate(200);
         assert_eq!(unreachable_reason(&write("far", &far)), None);

@@ -1088,8 +1088,10 @@ static ORPHANED: AtomicBool = AtomicBool::new(false);
 /// calls `pthread_exit`, and counts the writer among them (a `main` that
 /// called `pthread_exit` and its last thread gone, or a thread leaving
 /// with the raw `exit` system call). Asked by the writer when idle; if so,
-/// tracing stops here (the leak scan is asked from the writer's own point)
-/// and the writer finishes the files, then calls [`end_orphaned`].
+/// tracing stops here (the leak scan is asked with no thread's stack or
+/// registers among its roots: the writer's are the tracer's, and hold the
+/// addresses of the last blocks it recorded) and the writer finishes the
+/// files, then calls [`end_orphaned`].
 pub fn program_gone() -> bool {
     if !is_traced_process() || STATE.load(Ordering::Acquire) != TRACING || !sys::alone() {
         return false;
@@ -1102,7 +1104,7 @@ pub fn program_gone() -> bool {
     }
     ORPHANED.store(true, Ordering::SeqCst);
     if crate::scan::enabled() {
-        crate::scan::request(crate::scan::ExitPoint::here());
+        crate::scan::request(crate::scan::ExitPoint::no_thread());
     }
     true
 }

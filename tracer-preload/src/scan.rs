@@ -113,6 +113,18 @@ impl ExitPoint {
 }
 
 impl ExitPoint {
+    /// No program thread is left (the writer ends an orphaned process,
+    /// `lifecycle::program_gone`): no stack and no register is a root. The
+    /// calling thread's own stack is the tracer's, and still holds the
+    /// addresses of the last events it handled.
+    pub fn no_thread() -> ExitPoint {
+        ExitPoint {
+            tid: sys::raw_gettid(),
+            sp: 0,
+            regs: [0; 6],
+        }
+    }
+
     /// When called (indirectly) from libc's `exit` (`quick_exit`: `name`):
     /// moves the start of the live stack up to the frame that called it
     /// (past libtracer's own `exit` wrapper too, when there is one). The
@@ -2169,6 +2181,10 @@ fn other_threads(skip: &[u32]) -> (Vec<u64>, usize) {
             .and_then(|s| u64::from_str_radix(s, 16).ok());
         match sp {
             Some(sp) if sp != 0 => sps.push(sp),
+            // "-1 0x0 0x0": a thread that has ended (its kernel stack is
+            // gone) but is still listed, as `main` is after `pthread_exit`
+            // while other threads run: no stack of its own is a root.
+            Some(_) if f[0] == "-1" => {}
             _ => unknown += 1,
         }
     }
@@ -2525,7 +2541,9 @@ pub fn run_with(
     let mut excluded = own_memory();
     let (mut sps, unknown) = other_threads(&[at.tid, sys::raw_gettid()]);
     let alone = sps.is_empty() && unknown == 0;
-    sps.push(at.sp);
+    if at.sp != 0 {
+        sps.push(at.sp);
+    }
     // Alone with a waiting exiting thread, memory is copied directly
     // (process_vm_readv pins the pages of every range, ~2 us a call): the
     // roots are then planned from the mappings as they are now, and that
@@ -2660,13 +2678,14 @@ fn explain_roots(regions: &[(u64, u64)], maps: &[Mapping], c: &Classifier, mem: 
             if mem.read(q, &mut buf) == 8 {
                 let w = u64::from_le_bytes(buf);
                 if let Some(i) = c.find(w) {
-                    let path = maps
+                    let (path, from, to) = maps
                         .iter()
                         .find(|m| q >= m.start && q < m.end)
-                        .map_or("?", |m| m.path.as_str());
+                        .map_or(("?", 0, 0), |m| (m.path.as_str(), m.start, m.end));
                     let start = c.blocks[i].0;
                     sys::stderr_line(&format!(
-                        "leak scan: root word at {q:#x} ({path}) -> block {start:#x} + {}",
+                        "leak scan: root word at {q:#x} ({path} {from:#x}-{to:#x}) -> block \
+                         {start:#x} + {}",
                         w - start
                     ));
                 }
