@@ -161,6 +161,46 @@ fn quick_exit_and_a_raw_exit_group_finish_the_trace() {
     }
 }
 
+/// `examples/daemon.c`: a child that detaches with `daemon(1, 0)` leaves
+/// through glibc's internal `_exit`; its trace is finished all the same
+/// (it was left empty, with its spool), and the daemon's is its own.
+#[test]
+fn a_process_that_calls_daemon_finishes_its_trace() {
+    let cmd = Cmd::new(example("daemon"));
+    let plain = cmd.run_plain();
+    assert_eq!(
+        String::from_utf8_lossy(&plain.stdout),
+        "daemon: child exited with 0\ndaemon: running in the background, cwd kept\n"
+    );
+    let run = run_traced(&cmd, &[]);
+    assert_same_behaviour(&plain, &run, "daemon");
+    assert!(
+        spools(&run.dir).is_empty(),
+        "a spool was left: {:?}",
+        run.files
+    );
+    let by_pid = traces_by_pid(&run);
+    assert_eq!(by_pid.len(), 3, "watcher, child, daemon: {:?}", run.files);
+    // Each process's own allocations (the daemon inherits the child's lost
+    // block: it is in the child's trace) and the scan's definite bytes.
+    let mut seen: Vec<(u64, u64, (u64, u64))> = by_pid
+        .values()
+        .map(|traces| {
+            let t = &traces[0];
+            assert_validates(&t.path);
+            let scan = read_scan(&t.path).unwrap_or_else(|e| panic!("{e}"));
+            assert!(scan.scanned, "{}: no exit scan", t.path.display());
+            let definite = scan.classes.get(format_writers::LeakKind::Definite);
+            (t.figures.allocations, t.figures.bytes_allocated, definite)
+        })
+        .collect();
+    seen.sort();
+    assert_eq!(
+        seen,
+        vec![(0, 0, (0, 0)), (1, 20, (20, 1)), (1, 100, (100, 1))]
+    );
+}
+
 #[test]
 fn abort_valgrind() {
     valgrind_says("abort", ABORT);

@@ -348,6 +348,74 @@ pub fn exit_now(status: c_int) -> ! {
     sys::raw_exit_group(status)
 }
 
+// ---------------------------------------------------------------- daemon
+
+/// `daemon(3)`, step for step as glibc makes it, but with the parent
+/// leaving through [`exit_now`]: glibc's own ends the parent with its
+/// internal `_exit`, which no hook sees, and the parent's trace was left
+/// unfinished (an empty file beside its spool).
+///
+/// The steps and their results: `fork` (-1 when it fails); the parent
+/// exits with 0; the child calls `setsid` (-1 when it fails), `chdir("/")`
+/// unless `nochdir` (its result ignored), and unless `noclose` opens
+/// `/dev/null`, checks that it is the null character device (1, 3),
+/// duplicates it onto 0, 1 and 2 and closes it when above 2. `/dev/null`
+/// that cannot be opened or examined gives -1 with that call's errno;
+/// another file there, -1 with `ENODEV`. The calls go through the exported
+/// names, so our `fork`, `dup2` and `close` hooks see them as the
+/// program's own.
+///
+/// # Safety
+/// As `daemon`: the caller gives up its process to the child.
+/// `caller_sp` is the program's stack pointer at its call: the parent's
+/// exit scan starts there, as `exit`'s starts at the frame that called it
+/// (our frames below hold stale words of earlier, deeper calls, the
+/// allocation hooks' among them, which made a lost block reachable).
+pub unsafe extern "C" fn daemon(nochdir: c_int, noclose: c_int, caller_sp: u64) -> c_int {
+    match libc::fork() {
+        -1 => return -1,
+        0 => {}
+        _ => {
+            syscalls::record_exit_group(0, false);
+            lifecycle::before_exit_from(caller_sp);
+            sys::raw_exit_group(0)
+        }
+    }
+    if libc::setsid() == -1 {
+        return -1;
+    }
+    if nochdir == 0 {
+        libc::chdir(c"/".as_ptr());
+    }
+    if noclose != 0 {
+        return 0;
+    }
+    let fd = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
+    if fd == -1 {
+        return -1;
+    }
+    let mut st: libc::stat64 = core::mem::zeroed();
+    let failed = if libc::fstat64(fd, &mut st) != 0 {
+        Some(sys::errno())
+    } else if st.st_mode & libc::S_IFMT != libc::S_IFCHR || st.st_rdev != libc::makedev(1, 3) {
+        Some(libc::ENODEV)
+    } else {
+        None
+    };
+    if let Some(e) = failed {
+        libc::close(fd);
+        sys::set_errno(e);
+        return -1;
+    }
+    for to in 0..3 {
+        libc::dup2(fd, to);
+    }
+    if fd > 2 {
+        libc::close(fd);
+    }
+    0
+}
+
 // ---------------------------------------------------------------- abort
 
 /// glibc's function `name` (the next definition after ours).

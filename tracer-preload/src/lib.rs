@@ -363,6 +363,21 @@ pub unsafe extern "C" fn __assert_fail(
     hooks::assert_fail(expr, file, line, func)
 }
 
+/// glibc's `daemon` ends its parent with an `_exit` no hook sees. A naked
+/// entry: the caller's stack pointer (above the return address) goes to
+/// [`hooks::daemon`] as a third argument, so that the parent's exit scan
+/// starts at the program's frame, not in ours.
+#[cfg(target_arch = "x86_64")]
+#[cfg_attr(not(test), no_mangle)]
+#[unsafe(naked)]
+pub unsafe extern "C" fn daemon(nochdir: c_int, noclose: c_int) -> c_int {
+    core::arch::naked_asm!(
+        "lea rdx, [rsp + 8]",
+        "jmp {inner}",
+        inner = sym hooks::daemon,
+    )
+}
+
 #[cfg_attr(not(test), no_mangle)]
 pub extern "C" fn _exit(status: c_int) -> ! {
     hooks::exit_now(status)

@@ -1154,11 +1154,21 @@ fn at_exit_of(name: &core::ffi::CStr) {
 /// `_exit`/`_Exit`: finish the files, then leave.
 #[inline(always)]
 pub fn before_exit() {
+    before_exit_from(0);
+}
+
+/// [`before_exit`] for a caller that knows where the program's frames
+/// start (`daemon`'s parent): the scan's live stack begins at `sp` or
+/// higher.
+#[inline(always)]
+pub fn before_exit_from(sp: u64) {
     if orphaned() {
         return;
     }
     if is_traced_process() && crate::scan::enabled() {
-        stop_after_scan(crate::scan::ExitPoint::here());
+        let mut at = crate::scan::ExitPoint::here();
+        at.sp = at.sp.max(sp);
+        stop_after_scan(at);
         return;
     }
     stop_writer(true);
