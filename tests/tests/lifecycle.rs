@@ -699,6 +699,35 @@ fn exec_not_followed() {
     assert_trace_figures(&trace, EXEC_BEFORE, "exec, before the exec");
 }
 
+/// An exec'd program whose parent gave it an environment without
+/// LD_PRELOAD (`execve` with an empty one, `posix_spawn` with PATH alone,
+/// as `env -i` and test harnesses do) is traced all the same under
+/// TRACER_FOLLOW_EXEC=1, into the run's own files (its TRACER_OUTPUT is the
+/// one the run started with); under 0, it is not.
+#[test]
+fn an_exec_with_an_environment_of_its_own_is_followed() {
+    for mode in ["empty", "spawn"] {
+        let cmd = Cmd::new(example("exec")).arg(example("leak")).arg(mode);
+        let plain = cmd.run_plain();
+        let run = run_traced(&cmd, &[]);
+        assert_same_behaviour(&plain, &run, mode);
+        assert_eq!(run.files.len(), 2, "{mode}: {:?}", run.files);
+        let mut figures: Vec<Figures> = run
+            .files
+            .iter()
+            .map(|f| read_trace(f).unwrap_or_else(|e| panic!("{e}")).figures)
+            .collect();
+        figures.sort_by_key(|f| f.allocations);
+        assert_eq!(figures, vec![EXEC_BEFORE, LEAK], "{mode}");
+        assert_eq!(run.manifest.len(), 2, "{mode}: both in the manifest");
+        // Not followed: the exec'd program's environment loses libtracer.
+        let run = run_traced(&cmd, &[("TRACER_FOLLOW_EXEC", "0")]);
+        assert_same_behaviour(&plain, &run, mode);
+        let trace = single_trace(&run);
+        assert_trace_figures(&trace, EXEC_BEFORE, mode);
+    }
+}
+
 /// The trace files are parked at descriptor 1024 and up, not just under the
 /// soft limit: the kernel grows a process's descriptor table to its highest
 /// descriptor, and under a limit of 1,048,576 (some container runtimes)

@@ -592,13 +592,38 @@ unsafe fn real_execvpe() -> Option<ExecvpeFn> {
 }
 
 /// The environment for the new program: as given, or without libtracer in
-/// `LD_PRELOAD` when exec'd programs are not to be traced. The owned strings
-/// backing a rewritten environment are returned alongside the pointers.
+/// `LD_PRELOAD` when exec'd programs are not to be traced, or with it (and
+/// the `TRACER_*` variables this process started with) when they are and
+/// the program built an environment without them
+/// ([`crate::preload::traced_environment`]). The owned strings backing a
+/// rewritten environment are returned alongside the pointers.
 unsafe fn exec_env(envp: *const *const c_char) -> (Vec<Vec<u8>>, Vec<*const c_char>) {
     let _g = tls::enter();
     let mut owned: Vec<Vec<u8>> = Vec::new();
-    if envp.is_null() || lifecycle::follow_exec() {
+    if envp.is_null() {
         return (owned, Vec::new());
+    }
+    if lifecycle::follow_exec() {
+        let mut n = 0;
+        while !(*envp.add(n)).is_null() {
+            n += 1;
+        }
+        // SAFETY: `envp` holds `n` valid NUL-terminated strings (the
+        // exec's contract), alive for this call.
+        let entries = (0..n).map(|i| unsafe { core::ffi::CStr::from_ptr(*envp.add(i)) }.to_bytes());
+        let Some(env) = crate::preload::traced_environment(entries) else {
+            return (owned, Vec::new());
+        };
+        owned = env
+            .into_iter()
+            .map(|mut e| {
+                e.push(0);
+                e
+            })
+            .collect();
+        let mut ptrs: Vec<*const c_char> = owned.iter().map(|e| e.as_ptr().cast()).collect();
+        ptrs.push(core::ptr::null());
+        return (owned, ptrs);
     }
     let mut i = 0;
     while !(*envp.add(i)).is_null() {
@@ -686,6 +711,49 @@ pub unsafe fn execvpe(
     envp: *const *const c_char,
 ) -> c_int {
     exec_common(file, argv, envp, true)
+}
+
+// ---------------------------------------------------------------- posix_spawn
+
+type SpawnFn = unsafe extern "C" fn(
+    *mut libc::pid_t,
+    *const c_char,
+    *const c_void,
+    *const c_void,
+    *const *const c_char,
+    *const *const c_char,
+) -> c_int;
+
+/// `posix_spawn` (`path`) and `posix_spawnp` (`file`, searched in `PATH`):
+/// glibc's, with the environment [`exec_env`] gives an exec. Their child
+/// runs no code of ours before its exec (glibc's internal one, which no
+/// hook sees), so the environment is all that decides whether the new
+/// program is traced: with one the program built without `LD_PRELOAD` it
+/// was not, whatever `TRACER_FOLLOW_EXEC` said, and with 0 it still was.
+///
+/// # Safety
+/// As `posix_spawn`.
+pub unsafe fn posix_spawn(
+    name: &core::ffi::CStr,
+    pid: *mut libc::pid_t,
+    file: *const c_char,
+    actions: *const c_void,
+    attr: *const c_void,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+) -> c_int {
+    let real = next_symbol(name);
+    if real.is_null() {
+        return libc::ENOSYS;
+    }
+    let f = core::mem::transmute::<*mut c_void, SpawnFn>(real);
+    let (_owned, rewritten) = exec_env(envp);
+    let envp = if rewritten.is_empty() {
+        envp
+    } else {
+        rewritten.as_ptr()
+    };
+    f(pid, file, actions, attr, argv, envp)
 }
 
 // ---------------------------------------------------------------- execl*

@@ -235,6 +235,30 @@ pub unsafe extern "C" fn closefrom(low: c_int) {
 }
 
 #[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn posix_spawn(
+    pid: *mut libc::pid_t,
+    path: *const c_char,
+    actions: *const c_void,
+    attr: *const c_void,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+) -> c_int {
+    hooks::posix_spawn(c"posix_spawn", pid, path, actions, attr, argv, envp)
+}
+
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn posix_spawnp(
+    pid: *mut libc::pid_t,
+    file: *const c_char,
+    actions: *const c_void,
+    attr: *const c_void,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+) -> c_int {
+    hooks::posix_spawn(c"posix_spawnp", pid, file, actions, attr, argv, envp)
+}
+
+#[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn execve(
     path: *const c_char,
     argv: *const *const c_char,

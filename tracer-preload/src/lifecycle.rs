@@ -384,6 +384,7 @@ pub fn constructor() {
     sys::remember_stderr();
     begin();
     let (cfg, complaints) = Config::from_lookup(|name| std::env::var(name).ok());
+    crate::preload::remember_environment();
     if !cfg.quiet {
         for c in &complaints {
             sys::stderr_line(c);
