@@ -31,16 +31,36 @@ struct Carried {
 
 static CARRIED: OnceLock<Carried> = OnceLock::new();
 
+extern "C" {
+    static environ: *const *const libc::c_char;
+}
+
 /// Takes what an exec'd program must be given to be traced: called by the
 /// constructor, before the program's code may change its environment.
+/// Only the entries kept are copied: a copy of the whole environment
+/// (`std::env::vars_os`), freed at once, left holes of every size in the
+/// program's heap before `main`, and a chunk the program freed was then not
+/// the one its next request of that size got (`examples/leaks/slack.c`).
 pub fn remember_environment() {
-    use std::os::unix::ffi::OsStrExt;
-    CARRIED.get_or_init(|| Carried {
-        preload: own_path(),
-        tracer: std::env::vars_os()
-            .filter(|(k, _)| k.as_bytes().starts_with(b"TRACER_"))
-            .map(|(k, v)| [k.as_bytes(), b"=", v.as_bytes()].concat())
-            .collect(),
+    CARRIED.get_or_init(|| {
+        let mut tracer = Vec::new();
+        // SAFETY: `environ` is glibc's array of NUL-terminated strings,
+        // ended by a null pointer; nothing changes it while the
+        // constructor runs.
+        unsafe {
+            let mut e = environ;
+            while !e.is_null() && !(*e).is_null() {
+                let entry = core::ffi::CStr::from_ptr(*e).to_bytes();
+                if entry.starts_with(b"TRACER_") {
+                    tracer.push(entry.to_vec());
+                }
+                e = e.add(1);
+            }
+        }
+        Carried {
+            preload: own_path(),
+            tracer,
+        }
     });
 }
 
