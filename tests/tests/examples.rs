@@ -201,6 +201,36 @@ fn a_process_that_calls_daemon_finishes_its_trace() {
     );
 }
 
+/// `examples/own_malloc.c` defines `malloc` and friends in the executable,
+/// whose definitions come before any preloaded library's: its allocations
+/// go around libtracer. The program runs as untraced, and one line on
+/// stderr says why its trace holds no allocation (it said nothing).
+#[test]
+fn a_program_with_its_own_malloc_is_told_it_is_not_traced() {
+    let bin = example("own_malloc");
+    let cmd = Cmd::new(&bin);
+    let plain = cmd.run_plain();
+    assert_eq!(
+        String::from_utf8_lossy(&plain.stdout),
+        "own_malloc: 100 rounds\n"
+    );
+    let run = run_traced(&cmd, &[("TRACER_QUIET", "0")]);
+    assert_eq!(plain.stdout, run.output.stdout);
+    assert_eq!(plain.status.code(), run.output.status.code());
+    let stderr = run.stderr();
+    let said: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("defines malloc"))
+        .collect();
+    assert_eq!(said.len(), 1, "{stderr}");
+    assert!(said[0].contains(&*bin.to_string_lossy()), "{stderr}");
+    let trace = single_trace(&run);
+    assert_eq!(trace.figures.allocations, 0);
+    // Quiet: nothing.
+    let run = run_traced(&cmd, &[("TRACER_QUIET", "1")]);
+    assert_eq!(run.stderr(), "");
+}
+
 #[test]
 fn abort_valgrind() {
     valgrind_says("abort", ABORT);

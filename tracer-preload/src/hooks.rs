@@ -185,6 +185,53 @@ pub fn resolve_usable_size() -> usize {
     f
 }
 
+/// The object that takes the program's `malloc` calls when it is not
+/// libtracer: an executable that defines `malloc` itself (a statically
+/// linked allocator) comes before every preloaded library in the loader's
+/// search order, so its allocations never reach our hooks. `None` when
+/// ours is the one found (or nothing can be told).
+pub fn malloc_taken_by() -> Option<String> {
+    let _g = tls::enter();
+    // Not the address of our `malloc`: taken in this object, it is the
+    // loader's canonical one, i.e. the program's when the program defines it.
+    let (lo, hi) = sys::own_text_range();
+    // SAFETY: dlsym and dladdr only read the loader's tables; `info` is a
+    // zeroed local they fill, its name a string the loader owns.
+    unsafe {
+        let found = libc::dlsym(libc::RTLD_DEFAULT, c"malloc".as_ptr());
+        if found.is_null() || (lo..hi).contains(&(found as u64)) {
+            return None;
+        }
+        // <elf.h>'s section index of an undefined symbol; <dlfcn.h>'s
+        // request for the symbol's table entry.
+        const SHN_UNDEF: u16 = 0;
+        const RTLD_DL_SYMENT: c_int = 1;
+        let mut info: libc::Dl_info = core::mem::zeroed();
+        let mut sym: *mut c_void = core::ptr::null_mut();
+        // A program (not position-independent) that takes `malloc`'s
+        // address gets a stub of its own for it (python3, node), which
+        // dlsym returns but whose calls reach us: an undefined symbol with
+        // a value. Only a `malloc` defined there counts.
+        if libc::dladdr1(found, &mut info, &mut sym, RTLD_DL_SYMENT) == 0
+            || info.dli_fname.is_null()
+            || info.dli_saddr != found
+            || info.dli_sname.is_null()
+            || core::ffi::CStr::from_ptr(info.dli_sname) != c"malloc"
+            || sym.is_null()
+            || (*sym.cast::<libc::Elf64_Sym>()).st_shndx == SHN_UNDEF
+        {
+            return None;
+        }
+        let name = core::ffi::CStr::from_ptr(info.dli_fname).to_string_lossy();
+        // The main program's name is empty in the loader's list.
+        Some(if name.is_empty() {
+            sys::exe_path().to_string()
+        } else {
+            name.into_owned()
+        })
+    }
+}
+
 pub unsafe fn marker(name: *const c_char) {
     if name.is_null() {
         return;

@@ -392,6 +392,14 @@ pub fn constructor() {
     }
     crate::cfi::init();
     crate::hooks::resolve_usable_size();
+    if cfg.enabled && cfg.allocations() && !cfg.quiet {
+        if let Some(who) = crate::hooks::malloc_taken_by() {
+            sys::stderr_line(&format!(
+                "{who} defines malloc ahead of libtracer.so: its allocations go around the \
+                 tracer and are not recorded"
+            ));
+        }
+    }
     DEPTH.store(cfg.stack_depth, Ordering::Relaxed);
     UNWIND_FP.store(cfg.unwind == Unwind::Fp, Ordering::Relaxed);
     ALLOCS.store(cfg.allocations(), Ordering::Relaxed);
