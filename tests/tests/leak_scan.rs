@@ -454,6 +454,111 @@ fn a_program_the_library_cannot_reach_fails_the_leak_check() {
     assert!(stderr.contains("no allocation trace"), "{stderr}");
 }
 
+/// A program that crashes under `tracer run` leaves its trace as a spool:
+/// `tracer run` turns it into the trace file once the process is gone
+/// (every event before the fault: `examples/crash.c`'s figures), and
+/// the leak check says that process was not checked, rather than failing
+/// on "byte 0: expected the magic bytes" or calling its live blocks
+/// leaks: the status stays the crash's (128 + SIGSEGV), as under
+/// LeakSanitizer, whose check never runs in a crashed process.
+#[test]
+fn a_crashed_program_run_under_tracer_run_gets_its_trace_recovered() {
+    let bin = example("crash");
+    let dir = fresh_dir("run-crash");
+    let out = tracer(&[
+        "run".as_ref(),
+        "--leak-check".as_ref(),
+        "--fail-on-leak".as_ref(),
+        "--output".as_ref(),
+        dir.join("t").as_os_str(),
+        "--".as_ref(),
+        bin.as_os_str(),
+        "segv".as_ref(),
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(128 + 11), "{stderr}");
+    let trace_path = dir.join("t.mlyze");
+    assert!(
+        stderr.contains(&format!("tracer: recovered {}", trace_path.display())),
+        "{stderr}"
+    );
+    assert!(stderr.contains("not leak-checked"), "{stderr}");
+    assert!(!stderr.contains("expected the magic"), "{stderr}");
+    assert_validates(&trace_path);
+    let trace = read_trace(&trace_path).unwrap_or_else(|e| panic!("{e}"));
+    assert_trace_figures(
+        &trace,
+        Figures::new(2000, 1000, 64_000, 32_000, 1000),
+        "crash segv",
+    );
+}
+
+/// A process that replaces itself with `exec` loses its image's blocks,
+/// which are no leaks (valgrind and LeakSanitizer check nothing at exec):
+/// the files of an image ended by exec say so (`ended: exec`), and `tracer
+/// run --fail-on-leak` leaves them out. `examples/exec.c` keeps 512 bytes
+/// live when it execs `leaks/clean`; the shell's background job is the
+/// case met in scripts (dash allocates between its fork and the exec).
+/// Both exited 23 ("3 leaks (629 bytes in 3 blocks)" for the shell).
+#[test]
+fn an_image_ended_by_exec_is_not_leak_checked() {
+    let dir = fresh_dir("run-exec-image");
+    let exec = example("exec");
+    let clean = example("leaks/clean");
+    let script = dir.join("bg.sh");
+    std::fs::write(&script, format!("{} &\nwait\n", clean.display())).unwrap();
+    for (what, cmd) in [
+        (
+            "exec",
+            vec![
+                exec.clone().into_os_string(),
+                clean.clone().into_os_string(),
+            ],
+        ),
+        ("sh &", vec!["sh".into(), script.clone().into_os_string()]),
+    ] {
+        let out_dir = dir.join(what.replace(' ', "_").replace('&', "bg"));
+        std::fs::create_dir_all(&out_dir).unwrap();
+        let mut args: Vec<&std::ffi::OsStr> = vec![
+            "run".as_ref(),
+            "--leak-check".as_ref(),
+            "--fail-on-leak".as_ref(),
+            "--output".as_ref(),
+        ];
+        let template = out_dir.join("t-%p");
+        args.push(template.as_os_str());
+        args.push("--".as_ref());
+        args.extend(cmd.iter().map(|a| a.as_os_str()));
+        let out = tracer(&args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{what}: {stderr}");
+        assert!(stderr.contains("replaced by exec"), "{what}: {stderr}");
+    }
+    // The pre-exec image of exec.c: its files carry the mark.
+    let run = run_traced(
+        &Cmd::new(&exec).arg(&clean),
+        &[("TRACER_FORMAT", "mlyze,dumpalloc")],
+    );
+    let marked = run
+        .files
+        .iter()
+        .filter(|f| {
+            let t = read_trace(f).unwrap_or_else(|e| panic!("{e}"));
+            t.figures.allocations == 2
+        })
+        .count();
+    assert_eq!(marked, 2, "{:?}", run.files);
+    for f in &run.files {
+        let dump = tracer(&["dump".as_ref(), f.as_os_str()]);
+        let text = String::from_utf8_lossy(&dump.stdout);
+        let pre_exec = read_trace(f).unwrap().figures.allocations == 2;
+        let said = text
+            .lines()
+            .any(|l| l.starts_with("info ") && l.contains(" ended=\"exec\""));
+        assert_eq!(said, pre_exec, "{}", f.display());
+    }
+}
+
 fn python3() -> &'static str {
     ["/usr/bin/python3", "/usr/local/bin/python3"]
         .into_iter()

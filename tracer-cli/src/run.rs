@@ -29,6 +29,10 @@
 //! - When no process loaded the library (the manifest is empty), one line
 //!   says so, with the reason the program's file shows (statically linked,
 //!   32-bit, set-user-ID).
+//! - A trace a process left unfinished (an empty file with its spool) is
+//!   recovered once the process is gone, and not leak-checked: no exit
+//!   scan ran. An image ended by `exec` (`ended: exec` in its info) is not
+//!   leak-checked either: its blocks vanished with it.
 
 use std::ffi::{OsStr, OsString};
 use std::io::{ErrorKind, Write};
@@ -265,9 +269,15 @@ pub fn execute(opts: &Options, out: &mut dyn Write) -> Result<i32, Failure> {
     let mut code = shell_status(status);
     let files = read_manifest(&manifest);
     let checking = opts.leak_check || opts.fail_on_leak;
+    let ended = recover_unfinished(&files);
     if !opts.quiet {
         for f in &files {
             eprintln!("tracer: wrote {}", f.display());
+        }
+    }
+    for u in &ended {
+        if checking || !opts.quiet {
+            writeln!(out, "{}", u.line())?;
         }
     }
     if files.is_empty() && (checking || !opts.quiet) {
@@ -281,8 +291,21 @@ pub fn execute(opts: &Options, out: &mut dyn Write) -> Result<i32, Failure> {
                 .unwrap_or_else(|| crate::leaks::DEFAULT_SHOW.to_vec()),
             ..crate::leaks::Options::default()
         };
-        let v = leak_check(&files, &suppressions, &leak_opts, out)?;
-        if v.processes == 0 && v.unreadable == 0 {
+        // A process that did not exit has no scan: its live blocks are not
+        // leaks (LeakSanitizer's check never runs in a crashed process
+        // either), and a death test's child must not fail the run.
+        let checked: Vec<PathBuf> = files
+            .iter()
+            .filter(|f| !ended.iter().any(|u| &u.file == *f))
+            .cloned()
+            .collect();
+        let v = leak_check(&checked, &suppressions, &leak_opts, out)?;
+        if v.processes == 0 && v.unreadable == 0 && (!ended.is_empty() || v.replaced > 0) {
+            writeln!(
+                out,
+                "tracer: no process exited to be leak-checked; no leak report"
+            )?;
+        } else if v.processes == 0 && v.unreadable == 0 {
             // Nothing was checked: a static program, or only the syscall
             // capture asked for. A leak check that saw no heap must not
             // pass as one that found no leak.
@@ -293,7 +316,7 @@ pub fn execute(opts: &Options, out: &mut dyn Write) -> Result<i32, Failure> {
         if opts.fail_on_leak {
             if v.groups > 0 {
                 code = EXIT_LEAKS;
-            } else if (v.unreadable > 0 || v.processes == 0) && code == 0 {
+            } else if (v.unreadable > 0 || (v.processes == 0 && ended.is_empty())) && code == 0 {
                 code = 1;
             }
         }
@@ -301,7 +324,102 @@ pub fn execute(opts: &Options, out: &mut dyn Write) -> Result<i32, Failure> {
     Ok(code)
 }
 
-/// The line said when no process of the command loaded the library, with
+/// A trace a process left unfinished (its mlyze file still the empty name
+/// it reserved, its events in the spool beside it): the process crashed or
+/// was killed, or still runs (a daemon the command left behind).
+struct Unfinished {
+    file: PathBuf,
+    pid: u32,
+    /// Recovered into `file` (the process is gone), or why not.
+    outcome: Result<(), String>,
+}
+
+impl Unfinished {
+    fn line(&self) -> String {
+        let spool = spool_of(&self.file);
+        match &self.outcome {
+            Ok(()) => format!(
+                "tracer: recovered {} from its spool: process {} ended without finishing \
+                 its trace (a crash or a kill); not leak-checked",
+                self.file.display(),
+                self.pid
+            ),
+            Err(why) => format!(
+                "tracer: {} is not finished ({why}); not leak-checked; `tracer recover {}` \
+                 makes it readable once the process has ended",
+                self.file.display(),
+                spool.display()
+            ),
+        }
+    }
+}
+
+/// `FILE.spool`, where the library keeps an mlyze file's events until it
+/// finishes.
+fn spool_of(file: &Path) -> PathBuf {
+    let mut s = file.as_os_str().to_os_string();
+    s.push(".spool");
+    PathBuf::from(s)
+}
+
+/// Whether a process `pid` exists (a zombie included).
+fn process_exists(pid: u32) -> bool {
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return false;
+    };
+    if pid <= 0 {
+        return false;
+    }
+    // SAFETY: signal 0 only checks that the process exists and may be
+    // signalled; nothing is sent.
+    let rc = unsafe { libc::kill(pid, 0) };
+    rc == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}
+
+/// Finds the traces of `files` their process left unfinished and recovers
+/// each whose process is gone (its spool is then removed, as the library
+/// does once it finished the file).
+fn recover_unfinished(files: &[PathBuf]) -> Vec<Unfinished> {
+    let mut v = Vec::new();
+    for f in files {
+        let spool = spool_of(f);
+        let empty = std::fs::symlink_metadata(f).is_ok_and(|m| m.is_file() && m.len() == 0);
+        if !empty || !spool.is_file() {
+            continue;
+        }
+        let pid = match format_writers::mlyze::spool_process(&spool) {
+            Ok(p) => p.map_or(0, |p| p.pid),
+            Err(e) => {
+                v.push(Unfinished {
+                    file: f.clone(),
+                    pid: 0,
+                    outcome: Err(format!("its spool does not read: {e}")),
+                });
+                continue;
+            }
+        };
+        let outcome = if process_exists(pid) {
+            Err(format!("process {pid} still runs"))
+        } else {
+            match format_writers::mlyze::recover(&spool) {
+                Ok((path, _)) if &path == f => {
+                    let _ = std::fs::remove_file(&spool);
+                    Ok(())
+                }
+                Ok((path, _)) => Err(format!("recovered into {} instead", path.display())),
+                Err(e) => Err(format!("its spool does not read: {e}")),
+            }
+        };
+        v.push(Unfinished {
+            file: f.clone(),
+            pid,
+            outcome,
+        });
+    }
+    v
+}
+
+/// The line said when no process of the command loaded the library, with/// The line said when no process of the command loaded the library, with
 /// the reason when the program's file shows one.
 fn no_trace_line(program: &Path) -> String {
     let found = find_program(program);
@@ -387,6 +505,9 @@ pub struct Verdict {
     pub processes: u64,
     /// Trace files that could not be read.
     pub unreadable: u64,
+    /// Processes whose traced image ended by `exec` (its blocks vanish with
+    /// it): not checked.
+    pub replaced: u64,
 }
 
 fn plural(n: u64, one: &str, many: &str) -> String {
@@ -416,6 +537,12 @@ impl Verdict {
             s.push_str(&format!(
                 " ({} could not be read)",
                 plural(self.unreadable, "trace", "traces")
+            ));
+        }
+        if self.replaced > 0 {
+            s.push_str(&format!(
+                " ({} replaced by exec, not checked)",
+                plural(self.replaced, "image", "images")
             ));
         }
         s
@@ -455,6 +582,13 @@ pub fn leak_check(
                 continue;
             }
             seen.push(key);
+        }
+        // An image the process replaced with exec: its blocks went with it,
+        // and valgrind and LeakSanitizer check nothing there either (a
+        // shell's background job allocates between its fork and the exec).
+        if a.info.iter().any(|(k, val)| k == "ended" && val == "exec") {
+            v.replaced += 1;
+            continue;
         }
         v.processes += 1;
         // Per-process counts of what each rule hid.

@@ -1308,6 +1308,7 @@ pub fn before_exec() -> bool {
     if !is_traced_process() || STATE.load(Ordering::Acquire) != TRACING {
         return false;
     }
+    ENDED_BY_EXEC.store(true, Ordering::SeqCst);
     match stop_writer(true) {
         Some(rx) => {
             RESUME_RX.store(Box::into_raw(Box::new(rx)), Ordering::Release);
@@ -1319,6 +1320,16 @@ pub fn before_exec() -> bool {
 
 static RESUME_RX: AtomicPtr<Receiver<Msg>> = AtomicPtr::new(core::ptr::null_mut());
 
+/// Set while the files end because the process replaces itself with
+/// `exec`: they then say so (`ended: exec`), and a leak check leaves that
+/// image out (its blocks vanish with it; no checker counts them).
+static ENDED_BY_EXEC: AtomicBool = AtomicBool::new(false);
+
+/// Whether the files being finished end an image replaced by `exec`.
+pub fn ending_by_exec() -> bool {
+    ENDED_BY_EXEC.load(Ordering::SeqCst)
+}
+
 /// The exec failed: trace on, into new files.
 pub fn after_failed_exec() {
     let _g = tls::enter();
@@ -1328,6 +1339,7 @@ pub fn after_failed_exec() {
     }
     // SAFETY: RESUME_RX held a leaked Box<Receiver>, taken back exactly once.
     let rx = unsafe { *Box::from_raw(rx) };
+    ENDED_BY_EXEC.store(false, Ordering::SeqCst);
     tls::new_epoch();
     if !start(Some(rx)) {
         disable();

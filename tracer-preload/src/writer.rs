@@ -380,6 +380,9 @@ pub fn run(
         st.drain_in_order(&rx, usize::MAX);
     }
     st.drain_syscalls();
+    if crate::lifecycle::ending_by_exec() {
+        st.emit(&Record::Info(vec![("ended".into(), "exec".into())]));
+    }
     st.finish(ctl, drained);
     ctl.stderr_first
         .store(sys::stderr_is_the_first(), Ordering::SeqCst);

@@ -870,6 +870,15 @@ pub fn recover(spool: &Path) -> Result<(PathBuf, RecoverStats)> {
     Ok((path, stats))
 }
 
+/// The process a spool belongs to (its first record), `None` when the spool
+/// names none yet.
+pub fn spool_process(spool: &Path) -> Result<Option<Process>> {
+    let io = |source| FormatError::Io { offset: 0, source };
+    let file = File::open(spool).map_err(io)?;
+    let (t, _, _) = read_spool(&file)?;
+    Ok(t.process)
+}
+
 /// True when `magic` starts a spool.
 pub fn is_spool(magic: &[u8]) -> bool {
     magic.get(..4) == Some(&SPOOL_MAGIC[..])
