@@ -418,11 +418,21 @@ pub fn exit_now(status: c_int) -> ! {
 /// exit scan starts there, as `exit`'s starts at the frame that called it
 /// (our frames below hold stale words of earlier, deeper calls, the
 /// allocation hooks' among them, which made a lost block reachable).
-pub unsafe extern "C" fn daemon(nochdir: c_int, noclose: c_int, caller_sp: u64) -> c_int {
+/// `regs` points to the caller's `rbx`, `rbp`, `r12`-`r15` at its call.
+pub unsafe extern "C" fn daemon(
+    nochdir: c_int,
+    noclose: c_int,
+    caller_sp: u64,
+    regs: *const u64,
+) -> c_int {
     match libc::fork() {
         -1 => return -1,
         0 => {}
         _ => {
+            // SAFETY: the six words the naked entry pushed, on this
+            // thread's stack, above our frame.
+            let saved: [u64; 6] = core::ptr::read(regs.cast::<[u64; 6]>());
+            crate::scan::remember_exit_registers(saved, caller_sp);
             syscalls::record_exit_group(0, false);
             lifecycle::before_exit_from(caller_sp);
             sys::raw_exit_group(0)

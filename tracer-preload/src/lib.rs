@@ -388,16 +388,33 @@ pub unsafe extern "C" fn __assert_fail(
 }
 
 /// glibc's `daemon` ends its parent with an `_exit` no hook sees. A naked
-/// entry: the caller's stack pointer (above the return address) goes to
-/// [`hooks::daemon`] as a third argument, so that the parent's exit scan
-/// starts at the program's frame, not in ours.
+/// entry: the caller's stack pointer (above the return address) and its
+/// callee-saved registers, pushed before any code of ours runs, go to
+/// [`hooks::daemon`], so that the parent's exit scan starts at the
+/// program's frame, not in ours, with the program's registers.
 #[cfg(target_arch = "x86_64")]
 #[cfg_attr(not(test), no_mangle)]
 #[unsafe(naked)]
 pub unsafe extern "C" fn daemon(nochdir: c_int, noclose: c_int) -> c_int {
     core::arch::naked_asm!(
         "lea rdx, [rsp + 8]",
-        "jmp {inner}",
+        "push r15",
+        "push r14",
+        "push r13",
+        "push r12",
+        "push rbp",
+        "push rbx",
+        "mov rcx, rsp",
+        "push 0",
+        "call {inner}",
+        "add rsp, 8",
+        "pop rbx",
+        "pop rbp",
+        "pop r12",
+        "pop r13",
+        "pop r14",
+        "pop r15",
+        "ret",
         inner = sym hooks::daemon,
     )
 }

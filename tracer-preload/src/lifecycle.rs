@@ -1176,7 +1176,10 @@ pub fn before_exit_from(sp: u64) {
     }
     if is_traced_process() && crate::scan::enabled() {
         let mut at = crate::scan::ExitPoint::here();
-        at.sp = at.sp.max(sp);
+        if sp != 0 {
+            at.sp = at.sp.max(sp);
+            at = at.with_program_registers();
+        }
         stop_after_scan(at);
         return;
     }

@@ -55,7 +55,7 @@
 //! excluded). Other threads keep running meanwhile: what they change during
 //! the scan is a race the scan accepts (it is reported as it was read).
 
-use core::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::collections::HashMap;
 use std::sync::Mutex;
 
@@ -216,8 +216,56 @@ impl ExitPoint {
             }
         }
         self.sp = self.sp.max(cfa);
+        self.with_program_registers()
+    }
+
+    /// The program's own registers where it called `exit` (or `daemon`),
+    /// and its stack from that call up, when it came through ours on this
+    /// thread and the scan starts at or below that frame (an exit handler
+    /// that called `exit` again has other ones): ours, taken later, hold
+    /// what glibc's frames or ours put there, and our entry's frame (no
+    /// unwind rule: naked) holds the registers it saved and padding.
+    pub fn with_program_registers(mut self) -> ExitPoint {
+        if let Some((tid, regs, caller_sp)) = exit_registers() {
+            if tid == self.tid && caller_sp >= self.sp {
+                self.regs = regs;
+                self.sp = caller_sp;
+            }
+        }
         self
     }
+}
+
+/// The program's callee-saved registers where it called `exit` (the
+/// exported `exit`'s naked entry), with the thread and the caller's stack
+/// pointer: [`ExitPoint::above_call_of`] takes them for its registers,
+/// since glibc's `exit` saved them in frames the scan leaves out and
+/// reused them before our handler runs. Written once, by the exiting
+/// thread (past `lifecycle::exit_gate`).
+/// Words: the thread id (0: none yet), the caller's stack pointer, then
+/// the six registers.
+static EXIT_REGISTERS: [AtomicU64; 8] = [const { AtomicU64::new(0) }; 8];
+
+/// Called by the exported `exit` on the thread that goes on to exit.
+pub fn remember_exit_registers(regs: [u64; 6], caller_sp: u64) {
+    EXIT_REGISTERS[1].store(caller_sp, Ordering::Relaxed);
+    for (slot, r) in EXIT_REGISTERS[2..].iter().zip(regs) {
+        slot.store(r, Ordering::Relaxed);
+    }
+    EXIT_REGISTERS[0].store(u64::from(sys::raw_gettid()), Ordering::Release);
+}
+
+/// What [`remember_exit_registers`] kept: `(tid, registers, caller_sp)`.
+fn exit_registers() -> Option<(u32, [u64; 6], u64)> {
+    let tid = EXIT_REGISTERS[0].load(Ordering::Acquire);
+    if tid == 0 {
+        return None;
+    }
+    let mut regs = [0u64; 6];
+    for (r, slot) in regs.iter_mut().zip(&EXIT_REGISTERS[2..]) {
+        *r = slot.load(Ordering::Relaxed);
+    }
+    Some((tid as u32, regs, EXIT_REGISTERS[1].load(Ordering::Relaxed)))
 }
 
 static REQUEST: Mutex<Option<ExitPoint>> = Mutex::new(None);
