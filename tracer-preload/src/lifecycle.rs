@@ -392,6 +392,8 @@ pub fn constructor() {
     }
     crate::cfi::init();
     crate::hooks::resolve_usable_size();
+    crate::scan::resolve_exit_functions();
+    crate::syscalls::hooks::resolve_exit();
     if cfg.enabled && cfg.allocations() && !cfg.quiet {
         if let Some(who) = crate::hooks::malloc_taken_by() {
             sys::stderr_line(&format!(

@@ -833,7 +833,6 @@ pub unsafe extern "C" fn exit(status: c_int) -> ! {
 /// [`exit`]'s body: `regs` points to the caller's `rbx`, `rbp`, `r12`,
 /// `r13`, `r14`, `r15` at its call, `caller_sp` is its stack pointer.
 unsafe extern "C" fn exit_with(status: c_int, regs: *const u64, caller_sp: u64) -> ! {
-    static REAL: Real = Real::new("exit\0");
     type F = unsafe extern "C" fn(c_int) -> !;
     crate::lifecycle::exit_gate();
     // SAFETY: `regs` points to the six words the naked entry pushed, on
@@ -841,10 +840,21 @@ unsafe extern "C" fn exit_with(status: c_int, regs: *const u64, caller_sp: u64) 
     let saved: [u64; 6] = unsafe { core::ptr::read(regs.cast::<[u64; 6]>()) };
     crate::scan::remember_exit_registers(saved, caller_sp);
     super::on_exit_called(status);
-    match REAL.get::<F>() {
+    match EXIT_REAL.get::<F>() {
         Some(f) => f(status),
         None => sys::raw_exit_group(status),
     }
+}
+
+/// glibc's `exit`, looked up by [`resolve_exit`] before the program runs:
+/// a lookup made in `exit` ran glibc's `dlsym` error bookkeeping on the
+/// exiting thread, which dropped the program's pending `dlerror` state.
+static EXIT_REAL: Real = Real::new("exit\0");
+
+/// Looks up glibc's `exit` now (from the constructor).
+pub fn resolve_exit() {
+    // SAFETY: only resolves and caches the symbol; nothing is called.
+    let _ = unsafe { EXIT_REAL.get::<unsafe extern "C" fn(c_int) -> !>() };
 }
 
 /// `vfork`: the system call made here, without a stack frame of ours, as
