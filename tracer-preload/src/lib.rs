@@ -30,6 +30,16 @@
 // same names (glibc's manual pages); restating them on each would add nothing.
 #![allow(clippy::missing_safety_doc)]
 
+/// The assembly of a naked entry that keeps its caller's callee-saved
+/// registers (`rbx`, `rbp`, `r12`-`r15`, in that order from the lowest
+/// address up) on the stack before any other code runs: the exit scan
+/// takes them for the program's registers (`scan::remember_exit_registers`).
+macro_rules! push_callee_saved {
+    () => {
+        "push r15\npush r14\npush r13\npush r12\npush rbp\npush rbx"
+    };
+}
+
 mod alloc;
 mod cfi;
 mod clock;
@@ -234,29 +244,28 @@ pub unsafe extern "C" fn closefrom(low: c_int) {
     hooks::closefrom(low)
 }
 
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn posix_spawn(
-    pid: *mut libc::pid_t,
-    path: *const c_char,
-    actions: *const c_void,
-    attr: *const c_void,
-    argv: *const *const c_char,
-    envp: *const *const c_char,
-) -> c_int {
-    hooks::posix_spawn(c"posix_spawn", pid, path, actions, attr, argv, envp)
+/// `posix_spawn` and `posix_spawnp`: glibc's, with the environment an exec
+/// would get ([`hooks::posix_spawn`]).
+macro_rules! spawn_entry {
+    ($name:ident) => {
+        #[cfg_attr(not(test), no_mangle)]
+        pub unsafe extern "C" fn $name(
+            pid: *mut libc::pid_t,
+            file: *const c_char,
+            actions: *const c_void,
+            attr: *const c_void,
+            argv: *const *const c_char,
+            envp: *const *const c_char,
+        ) -> c_int {
+            let name = concat!(stringify!($name), "\0").as_bytes();
+            // SAFETY: `name` ends with its only NUL.
+            let name = unsafe { core::ffi::CStr::from_bytes_with_nul_unchecked(name) };
+            hooks::posix_spawn(name, pid, file, actions, attr, argv, envp)
+        }
+    };
 }
-
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn posix_spawnp(
-    pid: *mut libc::pid_t,
-    file: *const c_char,
-    actions: *const c_void,
-    attr: *const c_void,
-    argv: *const *const c_char,
-    envp: *const *const c_char,
-) -> c_int {
-    hooks::posix_spawn(c"posix_spawnp", pid, file, actions, attr, argv, envp)
-}
+spawn_entry!(posix_spawn);
+spawn_entry!(posix_spawnp);
 
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn execve(
@@ -398,12 +407,7 @@ pub unsafe extern "C" fn __assert_fail(
 pub unsafe extern "C" fn daemon(nochdir: c_int, noclose: c_int) -> c_int {
     core::arch::naked_asm!(
         "lea rdx, [rsp + 8]",
-        "push r15",
-        "push r14",
-        "push r13",
-        "push r12",
-        "push rbp",
-        "push rbx",
+        push_callee_saved!(),
         "mov rcx, rsp",
         "push 0",
         "call {inner}",

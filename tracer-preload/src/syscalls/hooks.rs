@@ -816,12 +816,7 @@ pub unsafe extern "C" fn pthread_create(
 pub unsafe extern "C" fn exit(status: c_int) -> ! {
     core::arch::naked_asm!(
         "lea rdx, [rsp + 8]",
-        "push r15",
-        "push r14",
-        "push r13",
-        "push r12",
-        "push rbp",
-        "push rbx",
+        push_callee_saved!(),
         "mov rsi, rsp",
         "push 0",
         "call {with}",
