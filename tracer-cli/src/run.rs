@@ -277,7 +277,7 @@ pub fn execute(opts: &Options, out: &mut dyn Write) -> Result<i32, Failure> {
     }
     for u in &ended {
         if checking || !opts.quiet {
-            writeln!(out, "{}", u.line())?;
+            writeln!(out, "{}", u.line(checking))?;
         }
     }
     if files.is_empty() && (checking || !opts.quiet) {
@@ -335,20 +335,21 @@ struct Unfinished {
 }
 
 impl Unfinished {
-    fn line(&self) -> String {
-        let spool = spool_of(&self.file);
+    /// What is said of it; `checking`: a leak check leaves it out.
+    fn line(&self, checking: bool) -> String {
+        let unchecked = if checking { "; not leak-checked" } else { "" };
         match &self.outcome {
             Ok(()) => format!(
                 "tracer: recovered {} from its spool: process {} ended without finishing \
-                 its trace (a crash or a kill); not leak-checked",
+                 its trace (a crash or a kill){unchecked}",
                 self.file.display(),
                 self.pid
             ),
             Err(why) => format!(
-                "tracer: {} is not finished ({why}); not leak-checked; `tracer recover {}` \
-                 makes it readable once the process has ended",
+                "tracer: {} is not finished ({why}){unchecked}; `tracer recover {}` makes it \
+                 readable once the process has ended",
                 self.file.display(),
-                spool.display()
+                spool_of(&self.file).display()
             ),
         }
     }

@@ -1319,7 +1319,10 @@ pub fn before_exec() -> bool {
             RESUME_RX.store(Box::into_raw(Box::new(rx)), Ordering::Release);
             true
         }
-        None => false,
+        None => {
+            ENDED_BY_EXEC.store(false, Ordering::SeqCst);
+            false
+        }
     }
 }
 
