@@ -676,6 +676,19 @@ fn a_pending_dlerror_stays_reachable() {
     assert_eq!(c.valgrind[0].get(LeakKind::Definite), (0, 0));
     assert_eq!(c.valgrind[0].get(LeakKind::Reachable).1, 2);
     assert_eq!(c.ours, c.valgrind, "libtracer's classes against valgrind's");
+    // A fork and a wait between the failed dlsym and dlerror(): the first
+    // call of a wrapper no longer looks glibc's function up then, which
+    // cleared the pending error ("was lost"); with the capture on too.
+    let cmd = Cmd::new(&bin).arg("fork");
+    let plain = cmd.run_plain();
+    assert_eq!(
+        String::from_utf8_lossy(&plain.stdout),
+        "dlerror: the pending error is kept\n"
+    );
+    for format in ["mlyze", "mlyze,tlv"] {
+        let traced = run_traced(&cmd, &[("TRACER_FORMAT", format)]);
+        assert_same_behaviour(&plain, &traced, format);
+    }
 }
 
 fn python3() -> &'static str {

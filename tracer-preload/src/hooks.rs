@@ -18,7 +18,6 @@ use core::sync::atomic::{AtomicUsize, Ordering};
 
 use libc::{c_char, c_int, c_long, c_uint, c_void, size_t};
 
-use crate::syscalls::Real;
 use crate::{fds, lifecycle, sys, syscalls, tls};
 
 // ---------------------------------------------------------------- allocation
@@ -542,7 +541,7 @@ unsafe fn alone_for(flags: c_int, f: impl FnOnce() -> c_int) -> c_int {
 }
 
 pub unsafe fn unshare(flags: c_int) -> c_int {
-    static REAL: Real = Real::new("unshare\0");
+    crate::syscalls::real!(REAL, "unshare\0");
     let Some(real) = REAL.get::<unsafe extern "C" fn(c_int) -> c_int>() else {
         sys::set_errno(libc::ENOSYS);
         return -1;
@@ -551,7 +550,7 @@ pub unsafe fn unshare(flags: c_int) -> c_int {
 }
 
 pub unsafe fn setns(fd: c_int, nstype: c_int) -> c_int {
-    static REAL: Real = Real::new("setns\0");
+    crate::syscalls::real!(REAL, "setns\0");
     let Some(real) = REAL.get::<unsafe extern "C" fn(c_int, c_int) -> c_int>() else {
         sys::set_errno(libc::ENOSYS);
         return -1;
@@ -574,7 +573,7 @@ pub unsafe fn pthread_getattr_np(
     thread: libc::pthread_t,
     attr: *mut libc::pthread_attr_t,
 ) -> c_int {
-    static REAL: Real = Real::new("pthread_getattr_np\0");
+    crate::syscalls::real!(REAL, "pthread_getattr_np\0");
     type F = unsafe extern "C" fn(libc::pthread_t, *mut libc::pthread_attr_t) -> c_int;
     let Some(real) = REAL.get::<F>() else {
         return libc::ENOSYS;
@@ -639,13 +638,8 @@ type ExecvpeFn =
 
 /// glibc's own `execvpe` (the next definition after ours).
 unsafe fn real_execvpe() -> Option<ExecvpeFn> {
-    let _g = tls::enter();
-    let sym = libc::dlsym(libc::RTLD_NEXT, c"execvpe".as_ptr());
-    if sym.is_null() {
-        None
-    } else {
-        Some(core::mem::transmute::<*mut c_void, ExecvpeFn>(sym))
-    }
+    crate::syscalls::real!(REAL, "execvpe\0");
+    REAL.get::<ExecvpeFn>()
 }
 
 /// The environment for the new program: as given, or without libtracer in
@@ -799,11 +793,16 @@ pub unsafe fn posix_spawn(
     argv: *const *const c_char,
     envp: *const *const c_char,
 ) -> c_int {
-    let real = next_symbol(name);
-    if real.is_null() {
+    crate::syscalls::real!(SPAWN, "posix_spawn\0");
+    crate::syscalls::real!(SPAWNP, "posix_spawnp\0");
+    let real = if name == c"posix_spawnp" {
+        &SPAWNP
+    } else {
+        &SPAWN
+    };
+    let Some(f) = real.get::<SpawnFn>() else {
         return libc::ENOSYS;
-    }
-    let f = core::mem::transmute::<*mut c_void, SpawnFn>(real);
+    };
     let (_owned, rewritten) = exec_env(envp);
     let envp = if rewritten.is_empty() {
         envp

@@ -18,7 +18,7 @@ use libc::{
     c_char, c_int, c_uint, c_ulong, c_void, mode_t, off_t, pid_t, size_t, socklen_t, ssize_t,
 };
 
-use super::{done, start, Args, Real, Ret};
+use super::{done, start, Args, Ret};
 use crate::sys;
 
 /// x86-64 numbers of the calls recorded here.
@@ -96,7 +96,7 @@ macro_rules! wrap {
     ($name:ident ( $($p:ident : $t:ty),* ) -> $ret:ty, $nr:expr, |$a:ident, $r:ident| $body:block) => {
         #[cfg_attr(not(test), no_mangle)]
         pub unsafe extern "C" fn $name($($p: $t),*) -> $ret {
-            static REAL: Real = Real::new(concat!(stringify!($name), "\0"));
+            crate::syscalls::real!(REAL, concat!(stringify!($name), "\0"));
             type F = unsafe extern "C" fn($($t),*) -> $ret;
             let Some(f) = REAL.get::<F>() else {
                 return <$ret as Ret>::unavailable();
@@ -608,7 +608,7 @@ wrap!(madvise(addr: *mut c_void, len: size_t, advice: c_int) -> c_int, nr::MADVI
 /// (the new break, as strace shows it) on success.
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn brk(addr: *mut c_void) -> c_int {
-    static REAL: Real = Real::new("brk\0");
+    crate::syscalls::real!(REAL, "brk\0");
     type F = unsafe extern "C" fn(*mut c_void) -> c_int;
     let Some(f) = REAL.get::<F>() else {
         return c_int::unavailable();
@@ -627,7 +627,7 @@ pub unsafe extern "C" fn brk(addr: *mut c_void) -> c_int {
 /// glibc knows the break, and records nothing.
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn sbrk(incr: libc::intptr_t) -> *mut c_void {
-    static REAL: Real = Real::new("sbrk\0");
+    crate::syscalls::real!(REAL, "sbrk\0");
     type F = unsafe extern "C" fn(libc::intptr_t) -> *mut c_void;
     let Some(f) = REAL.get::<F>() else {
         return <*mut c_void>::unavailable();
@@ -673,7 +673,7 @@ const THREAD_FLAGS: u64 = (libc::CLONE_VM
 /// trace starts with the child).
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn fork() -> pid_t {
-    static REAL: Real = Real::new("fork\0");
+    crate::syscalls::real!(REAL, "fork\0");
     type F = unsafe extern "C" fn() -> pid_t;
     let Some(f) = REAL.get::<F>() else {
         return pid_t::unavailable();
@@ -762,7 +762,7 @@ pub unsafe extern "C" fn pthread_create(
     start_routine: StartFn,
     arg: *mut c_void,
 ) -> c_int {
-    static REAL: Real = Real::new("pthread_create\0");
+    crate::syscalls::real!(REAL, "pthread_create\0");
     type F = unsafe extern "C" fn(
         *mut libc::pthread_t,
         *const libc::pthread_attr_t,
@@ -841,16 +841,10 @@ unsafe extern "C" fn exit_with(status: c_int, regs: *const u64, caller_sp: u64) 
     }
 }
 
-/// glibc's `exit`, looked up by [`resolve_exit`] before the program runs:
-/// a lookup made in `exit` ran glibc's `dlsym` error bookkeeping on the
-/// exiting thread, which dropped the program's pending `dlerror` state.
-static EXIT_REAL: Real = Real::new("exit\0");
-
-/// Looks up glibc's `exit` now (from the constructor).
-pub fn resolve_exit() {
-    // SAFETY: only resolves and caches the symbol; nothing is called.
-    let _ = unsafe { EXIT_REAL.get::<unsafe extern "C" fn(c_int) -> !>() };
-}
+// glibc's `exit`, looked up before the program runs (`real!`): a lookup
+// made in `exit` ran glibc's `dlsym` error bookkeeping on the exiting
+// thread, which dropped the program's pending `dlerror` state.
+crate::syscalls::real!(EXIT_REAL, "exit\0");
 
 /// `vfork`: the system call made here, without a stack frame of ours, as
 /// glibc does: the child returns into its caller's frame and then runs on the

@@ -197,6 +197,49 @@ pub struct Real {
     ptr: AtomicPtr<c_void>,
 }
 
+/// Declares a [`Real`] (`static $id: Real`) for glibc's function `$name`
+/// (NUL-terminated) and lists it in the `tracer_reals` section, whose
+/// every entry [`resolve_all`] looks up before the program runs: a lookup
+/// made on a wrapper's first call ran glibc's `dlsym` bookkeeping on the
+/// program's thread, which clears its pending `dlerror()` message.
+macro_rules! real {
+    ($id:ident, $name:expr) => {
+        static $id: $crate::syscalls::Real = $crate::syscalls::Real::new($name);
+        const _: () = {
+            #[used]
+            #[link_section = "tracer_reals"]
+            static ENTRY: &$crate::syscalls::Real = &$id;
+        };
+    };
+}
+pub(crate) use real;
+
+/// Looks up every [`Real`] declared with [`real!`] not yet looked up (the
+/// constructor's, under the tracer's guard).
+pub fn resolve_all() {
+    extern "C" {
+        // Defined by the linker around the section's entries (declared as
+        // bytes: only their addresses are used).
+        static __start_tracer_reals: u8;
+        static __stop_tracer_reals: u8;
+    }
+    // SAFETY: the linker puts every `ENTRY` of `real!` (a `&'static Real`,
+    // pointer-aligned) between these two symbols, one after another, and
+    // nothing else.
+    let entries: &[&'static Real] = unsafe {
+        let start = core::ptr::addr_of!(__start_tracer_reals) as usize;
+        let stop = core::ptr::addr_of!(__stop_tracer_reals) as usize;
+        let n = stop.saturating_sub(start) / core::mem::size_of::<&Real>();
+        core::slice::from_raw_parts(start as *const &'static Real, n)
+    };
+    for r in entries {
+        if r.ptr.load(Ordering::Acquire).is_null() {
+            // SAFETY: resolving only looks the name up.
+            unsafe { r.resolve() };
+        }
+    }
+}
+
 thread_local! {
     /// Set while this thread runs `dlsym`: a wrapper called from inside it
     /// fails with ENOSYS rather than recursing.
