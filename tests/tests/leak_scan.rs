@@ -366,16 +366,21 @@ fn scan_can_be_switched_off() {
 /// `tracer run --leak-check --fail-on-leak -- BIN`: its exit status.
 fn run_fail_on_leak(bin: &Path) -> (i32, String) {
     let dir = fresh_dir("run-leak-check");
-    let template = dir.join("t-%p");
-    let out = tracer(&[
-        "run".as_ref(),
-        "--leak-check".as_ref(),
-        "--fail-on-leak".as_ref(),
-        "--output".as_ref(),
-        template.as_os_str(),
-        "--".as_ref(),
-        bin.as_os_str(),
-    ]);
+    tracer_run(
+        &["--leak-check", "--fail-on-leak"],
+        &dir.join("t-%p"),
+        &[bin.as_os_str()],
+    )
+}
+
+/// `tracer run FLAGS --output OUTPUT -- CMD`: its exit status (-1 when
+/// killed) and its stderr.
+fn tracer_run(flags: &[&str], output: &Path, cmd: &[&std::ffi::OsStr]) -> (i32, String) {
+    let mut args: Vec<&std::ffi::OsStr> = vec!["run".as_ref()];
+    args.extend(flags.iter().map(|f| std::ffi::OsStr::new(f)));
+    args.extend(["--output".as_ref(), output.as_os_str(), "--".as_ref()]);
+    args.extend(cmd);
+    let out = tracer(&args);
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stderr).into_owned(),
@@ -425,32 +430,19 @@ fn a_program_the_library_cannot_reach_fails_the_leak_check() {
     // Without a leak check the program's own status stands, and the line
     // is still there.
     let dir = fresh_dir("run-static");
-    let out = tracer(&[
-        "run".as_ref(),
-        "--output".as_ref(),
-        dir.join("t").as_os_str(),
-        "--".as_ref(),
-        bin.as_os_str(),
-    ]);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let (code, stderr) = tracer_run(&[], &dir.join("t"), &[bin.as_os_str()]);
+    assert_eq!(code, 0, "{stderr}");
     assert!(stderr.contains("no trace was written"), "{stderr}");
     assert!(stderr.contains("statically linked"), "{stderr}");
     // The same program linked dynamically but traced with the syscall
     // capture alone: no allocation trace to check, so no pass either.
     let dynamic = example("leaks/direct");
-    let out = tracer(&[
-        "run".as_ref(),
-        "--format".as_ref(),
-        "tlv".as_ref(),
-        "--fail-on-leak".as_ref(),
-        "--output".as_ref(),
-        dir.join("d").as_os_str(),
-        "--".as_ref(),
-        dynamic.as_os_str(),
-    ]);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let (code, stderr) = tracer_run(
+        &["--format", "tlv", "--fail-on-leak"],
+        &dir.join("d"),
+        &[dynamic.as_os_str()],
+    );
+    assert_eq!(code, 1, "{stderr}");
     assert!(stderr.contains("no allocation trace"), "{stderr}");
 }
 
@@ -465,18 +457,12 @@ fn a_program_the_library_cannot_reach_fails_the_leak_check() {
 fn a_crashed_program_run_under_tracer_run_gets_its_trace_recovered() {
     let bin = example("crash");
     let dir = fresh_dir("run-crash");
-    let out = tracer(&[
-        "run".as_ref(),
-        "--leak-check".as_ref(),
-        "--fail-on-leak".as_ref(),
-        "--output".as_ref(),
-        dir.join("t").as_os_str(),
-        "--".as_ref(),
-        bin.as_os_str(),
-        "segv".as_ref(),
-    ]);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(128 + 11), "{stderr}");
+    let (code, stderr) = tracer_run(
+        &["--leak-check", "--fail-on-leak"],
+        &dir.join("t"),
+        &[bin.as_os_str(), "segv".as_ref()],
+    );
+    assert_eq!(code, 128 + 11, "{stderr}");
     let trace_path = dir.join("t.mlyze");
     assert!(
         stderr.contains(&format!("tracer: recovered {}", trace_path.display())),
@@ -519,19 +505,13 @@ fn an_image_ended_by_exec_is_not_leak_checked() {
     ] {
         let out_dir = dir.join(what.replace(' ', "_").replace('&', "bg"));
         std::fs::create_dir_all(&out_dir).unwrap();
-        let mut args: Vec<&std::ffi::OsStr> = vec![
-            "run".as_ref(),
-            "--leak-check".as_ref(),
-            "--fail-on-leak".as_ref(),
-            "--output".as_ref(),
-        ];
-        let template = out_dir.join("t-%p");
-        args.push(template.as_os_str());
-        args.push("--".as_ref());
-        args.extend(cmd.iter().map(|a| a.as_os_str()));
-        let out = tracer(&args);
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(0), "{what}: {stderr}");
+        let cmd: Vec<&std::ffi::OsStr> = cmd.iter().map(|a| a.as_os_str()).collect();
+        let (code, stderr) = tracer_run(
+            &["--leak-check", "--fail-on-leak"],
+            &out_dir.join("t-%p"),
+            &cmd,
+        );
+        assert_eq!(code, 0, "{what}: {stderr}");
         assert!(stderr.contains("replaced by exec"), "{what}: {stderr}");
     }
     // The pre-exec image of exec.c: its files carry the mark.
