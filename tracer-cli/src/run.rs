@@ -329,6 +329,7 @@ pub fn execute(opts: &Options, out: &mut dyn Write) -> Result<i32, Failure> {
 /// was killed, or still runs (a daemon the command left behind).
 struct Unfinished {
     file: PathBuf,
+    spool: PathBuf,
     pid: u32,
     /// Recovered into `file` (the process is gone), or why not.
     outcome: Result<(), String>,
@@ -349,18 +350,10 @@ impl Unfinished {
                 "tracer: {} is not finished ({why}){unchecked}; `tracer recover {}` makes it \
                  readable once the process has ended",
                 self.file.display(),
-                spool_of(&self.file).display()
+                self.spool.display()
             ),
         }
     }
-}
-
-/// `FILE.spool`, where the library keeps an mlyze file's events until it
-/// finishes.
-fn spool_of(file: &Path) -> PathBuf {
-    let mut s = file.as_os_str().to_os_string();
-    s.push(".spool");
-    PathBuf::from(s)
 }
 
 /// Whether a process `pid` exists (a zombie included).
@@ -383,16 +376,19 @@ fn process_exists(pid: u32) -> bool {
 fn recover_unfinished(files: &[PathBuf]) -> Vec<Unfinished> {
     let mut v = Vec::new();
     for f in files {
-        let spool = spool_of(f);
         let empty = std::fs::symlink_metadata(f).is_ok_and(|m| m.is_file() && m.len() == 0);
-        if !empty || !spool.is_file() {
+        let Some(spool) = empty
+            .then(|| format_writers::mlyze::unfinished_spool(f))
+            .flatten()
+        else {
             continue;
-        }
+        };
         let pid = match format_writers::mlyze::spool_process(&spool) {
             Ok(p) => p.map_or(0, |p| p.pid),
             Err(e) => {
                 v.push(Unfinished {
                     file: f.clone(),
+                    spool: spool.clone(),
                     pid: 0,
                     outcome: Err(format!("its spool does not read: {e}")),
                 });
@@ -413,6 +409,7 @@ fn recover_unfinished(files: &[PathBuf]) -> Vec<Unfinished> {
         };
         v.push(Unfinished {
             file: f.clone(),
+            spool,
             pid,
             outcome,
         });

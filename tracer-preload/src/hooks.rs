@@ -474,17 +474,11 @@ pub unsafe extern "C" fn daemon(
 
 // ---------------------------------------------------------------- abort
 
-/// glibc's function `name` (the next definition after ours).
-unsafe fn next_symbol(name: &core::ffi::CStr) -> *mut c_void {
-    let _g = tls::enter();
-    libc::dlsym(libc::RTLD_NEXT, name.as_ptr())
-}
-
 pub unsafe fn abort() -> ! {
+    crate::syscalls::real!(REAL, "abort\0");
     lifecycle::before_abort();
-    let real = next_symbol(c"abort");
-    if !real.is_null() {
-        core::mem::transmute::<*mut c_void, unsafe extern "C" fn() -> !>(real)();
+    if let Some(f) = REAL.get::<unsafe extern "C" fn() -> !>() {
+        f();
     }
     libc::raise(libc::SIGABRT);
     sys::raw_exit_group(127)
@@ -498,10 +492,10 @@ pub unsafe fn assert_fail(
     line: c_uint,
     func: *const c_char,
 ) -> ! {
+    crate::syscalls::real!(REAL, "__assert_fail\0");
     lifecycle::before_abort();
-    let real = next_symbol(c"__assert_fail");
-    if !real.is_null() {
-        core::mem::transmute::<*mut c_void, AssertFailFn>(real)(expr, file, line, func);
+    if let Some(f) = REAL.get::<AssertFailFn>() {
+        f(expr, file, line, func);
     }
     abort()
 }
@@ -615,13 +609,11 @@ pub unsafe fn dlclose(handle: *mut c_void) -> c_int {
             lifecycle::before_dlclose(path);
         }
     }
-    let real = next_symbol(c"dlclose");
-    if real.is_null() {
+    crate::syscalls::real!(REAL, "dlclose\0");
+    let Some(f) = REAL.get::<unsafe extern "C" fn(*mut c_void) -> c_int>() else {
         return -1;
-    }
-    let rc = core::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> c_int>(real)(
-        handle,
-    );
+    };
+    let rc = f(handle);
     // The object's code may be gone: its addresses' cached unwind rules too.
     crate::cfi::invalidate();
     rc
@@ -642,62 +634,71 @@ unsafe fn real_execvpe() -> Option<ExecvpeFn> {
     REAL.get::<ExecvpeFn>()
 }
 
-/// The environment for the new program: as given, or without libtracer in
-/// `LD_PRELOAD` when exec'd programs are not to be traced, or with it (and
-/// the `TRACER_*` variables this process started with) when they are and
-/// the program built an environment without them
-/// ([`crate::preload::traced_environment`]). The owned strings backing a
-/// rewritten environment are returned alongside the pointers.
-unsafe fn exec_env(envp: *const *const c_char) -> (Vec<Vec<u8>>, Vec<*const c_char>) {
-    let _g = tls::enter();
-    let mut owned: Vec<Vec<u8>> = Vec::new();
-    if envp.is_null() {
-        return (owned, Vec::new());
-    }
-    if lifecycle::follow_exec() {
-        let mut n = 0;
-        while !(*envp.add(n)).is_null() {
-            n += 1;
+/// The environment an exec passes: the one the program gave, or the one
+/// [`exec_env`] made in its place, kept alive here while the exec runs.
+pub struct ExecEnv {
+    given: *const *const c_char,
+    _owned: Vec<Vec<u8>>,
+    ptrs: Vec<*const c_char>,
+}
+
+impl ExecEnv {
+    /// The `envp` to pass.
+    pub fn as_ptr(&self) -> *const *const c_char {
+        if self.ptrs.is_empty() {
+            self.given
+        } else {
+            self.ptrs.as_ptr()
         }
-        // SAFETY: `envp` holds `n` valid NUL-terminated strings (the
-        // exec's contract), alive for this call.
-        let entries = (0..n).map(|i| unsafe { core::ffi::CStr::from_ptr(*envp.add(i)) }.to_bytes());
-        let Some(env) = crate::preload::traced_environment(entries) else {
-            return (owned, Vec::new());
-        };
-        owned = env
+    }
+}
+
+/// The environment for the new program: as given, or without libtracer in
+/// `LD_PRELOAD` when exec'd programs are not to be traced
+/// ([`crate::preload::without_tracer_environment`]), or with it (and the
+/// `TRACER_*` variables this process started with) when they are and the
+/// program built an environment without them
+/// ([`crate::preload::traced_environment`]).
+///
+/// # Safety
+/// `envp` is null or an exec's environment: NUL-terminated strings, then a
+/// null pointer.
+pub unsafe fn exec_env(envp: *const *const c_char) -> ExecEnv {
+    let _g = tls::enter();
+    let mut env = ExecEnv {
+        given: envp,
+        _owned: Vec::new(),
+        ptrs: Vec::new(),
+    };
+    if envp.is_null() {
+        return env;
+    }
+    let mut n = 0;
+    while !(*envp.add(n)).is_null() {
+        n += 1;
+    }
+    // SAFETY: `envp` holds `n` valid NUL-terminated strings (the exec's
+    // contract), alive for this call.
+    let entries = (0..n).map(|i| unsafe { core::ffi::CStr::from_ptr(*envp.add(i)) }.to_bytes());
+    let rewritten = if lifecycle::follow_exec() {
+        crate::preload::traced_environment(entries)
+    } else {
+        Some(crate::preload::without_tracer_environment(entries))
+    };
+    if let Some(list) = rewritten {
+        let owned: Vec<Vec<u8>> = list
             .into_iter()
             .map(|mut e| {
                 e.push(0);
                 e
             })
             .collect();
-        let mut ptrs: Vec<*const c_char> = owned.iter().map(|e| e.as_ptr().cast()).collect();
-        ptrs.push(core::ptr::null());
-        return (owned, ptrs);
+        env.ptrs = (owned.iter().map(|e| e.as_ptr().cast()))
+            .chain(core::iter::once(core::ptr::null()))
+            .collect();
+        env._owned = owned;
     }
-    let mut i = 0;
-    while !(*envp.add(i)).is_null() {
-        let entry = core::ffi::CStr::from_ptr(*envp.add(i)).to_bytes();
-        i += 1;
-        if let Some(value) = entry.strip_prefix(b"LD_PRELOAD=") {
-            let kept = crate::preload::without_tracer(value);
-            if kept.is_empty() {
-                continue;
-            }
-            let mut e = b"LD_PRELOAD=".to_vec();
-            e.extend_from_slice(&kept);
-            e.push(0);
-            owned.push(e);
-        } else {
-            let mut e = entry.to_vec();
-            e.push(0);
-            owned.push(e);
-        }
-    }
-    let mut ptrs: Vec<*const c_char> = owned.iter().map(|e| e.as_ptr().cast()).collect();
-    ptrs.push(core::ptr::null());
-    (owned, ptrs)
+    env
 }
 
 /// Common path of every exec hook: finish the trace, exec, resume on failure.
@@ -710,12 +711,8 @@ unsafe fn exec_common(
     let traced = lifecycle::is_traced_process();
     let captured = syscalls::before_exec(file, argv, envp);
     let resume = traced && lifecycle::before_exec();
-    let (_owned, rewritten) = exec_env(envp);
-    let envp = if rewritten.is_empty() {
-        envp
-    } else {
-        rewritten.as_ptr()
-    };
+    let env = exec_env(envp);
+    let envp = env.as_ptr();
     let rc = if search_path {
         match real_execvpe() {
             Some(f) => f(file, argv, envp),
@@ -766,7 +763,9 @@ pub unsafe fn execvpe(
 
 // ---------------------------------------------------------------- posix_spawn
 
-type SpawnFn = unsafe extern "C" fn(
+/// glibc's `posix_spawn` and `posix_spawnp` (the exported entries are in
+/// `lib.rs`).
+pub type SpawnFn = unsafe extern "C" fn(
     *mut libc::pid_t,
     *const c_char,
     *const c_void,
@@ -774,43 +773,6 @@ type SpawnFn = unsafe extern "C" fn(
     *const *const c_char,
     *const *const c_char,
 ) -> c_int;
-
-/// `posix_spawn` (`path`) and `posix_spawnp` (`file`, searched in `PATH`):
-/// glibc's, with the environment [`exec_env`] gives an exec. Their child
-/// runs no code of ours before its exec (glibc's internal one, which no
-/// hook sees), so the environment is all that decides whether the new
-/// program is traced: with one the program built without `LD_PRELOAD` it
-/// was not, whatever `TRACER_FOLLOW_EXEC` said, and with 0 it still was.
-///
-/// # Safety
-/// As `posix_spawn`.
-pub unsafe fn posix_spawn(
-    name: &core::ffi::CStr,
-    pid: *mut libc::pid_t,
-    file: *const c_char,
-    actions: *const c_void,
-    attr: *const c_void,
-    argv: *const *const c_char,
-    envp: *const *const c_char,
-) -> c_int {
-    crate::syscalls::real!(SPAWN, "posix_spawn\0");
-    crate::syscalls::real!(SPAWNP, "posix_spawnp\0");
-    let real = if name == c"posix_spawnp" {
-        &SPAWNP
-    } else {
-        &SPAWN
-    };
-    let Some(f) = real.get::<SpawnFn>() else {
-        return libc::ENOSYS;
-    };
-    let (_owned, rewritten) = exec_env(envp);
-    let envp = if rewritten.is_empty() {
-        envp
-    } else {
-        rewritten.as_ptr()
-    };
-    f(pid, file, actions, attr, argv, envp)
-}
 
 // ---------------------------------------------------------------- execl*
 

@@ -244,8 +244,12 @@ pub unsafe extern "C" fn closefrom(low: c_int) {
     hooks::closefrom(low)
 }
 
-/// `posix_spawn` and `posix_spawnp`: glibc's, with the environment an exec
-/// would get ([`hooks::posix_spawn`]).
+/// `posix_spawn` (`path`) and `posix_spawnp` (`file`, searched in `PATH`):
+/// glibc's, with the environment [`hooks::exec_env`] gives an exec. Their
+/// child runs no code of ours before its exec (glibc's internal one, which
+/// no hook sees), so the environment is all that decides whether the new
+/// program is traced: with one the program built without `LD_PRELOAD` it
+/// was not, whatever `TRACER_FOLLOW_EXEC` said, and with 0 it still was.
 macro_rules! spawn_entry {
     ($name:ident) => {
         #[cfg_attr(not(test), no_mangle)]
@@ -257,10 +261,12 @@ macro_rules! spawn_entry {
             argv: *const *const c_char,
             envp: *const *const c_char,
         ) -> c_int {
-            let name = concat!(stringify!($name), "\0").as_bytes();
-            // SAFETY: `name` ends with its only NUL.
-            let name = unsafe { core::ffi::CStr::from_bytes_with_nul_unchecked(name) };
-            hooks::posix_spawn(name, pid, file, actions, attr, argv, envp)
+            syscalls::real!(REAL, concat!(stringify!($name), "\0"));
+            let Some(f) = REAL.get::<hooks::SpawnFn>() else {
+                return libc::ENOSYS;
+            };
+            let env = hooks::exec_env(envp);
+            f(pid, file, actions, attr, argv, env.as_ptr())
         }
     };
 }

@@ -396,7 +396,6 @@ pub fn constructor() {
     // first call: glibc's `dlsym` bookkeeping clears the calling thread's
     // pending `dlerror()` message (99 lookups, ~40-70 us on this host; on
     // the writer thread they raced the program's first calls).
-    crate::scan::resolve_exit_functions();
     crate::syscalls::resolve_all();
     if cfg.enabled && cfg.allocations() && !cfg.quiet {
         if let Some(who) = crate::hooks::malloc_taken_by() {

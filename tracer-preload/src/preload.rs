@@ -9,10 +9,20 @@
 
 use std::sync::OnceLock;
 
-/// The entries of `value` that are not libtracer, joined by `:`.
-pub fn without_tracer(value: &[u8]) -> Vec<u8> {
+/// `entries` (an exec's environment) with libtracer removed from
+/// `LD_PRELOAD`, and `LD_PRELOAD` left out when nothing else is in it
+/// (`TRACER_FOLLOW_EXEC=0`).
+pub fn without_tracer_environment<'a>(entries: impl Iterator<Item = &'a [u8]>) -> Vec<Vec<u8>> {
     let own = own_path();
-    strip(value, |entry| is_ours(entry, &own))
+    entries
+        .filter_map(|e| match e.strip_prefix(b"LD_PRELOAD=") {
+            Some(value) => {
+                let kept = strip(value, |x| is_ours(x, &own));
+                (!kept.is_empty()).then(|| [&b"LD_PRELOAD="[..], &kept].concat())
+            }
+            None => Some(e.to_vec()),
+        })
+        .collect()
 }
 
 /// Whether an `LD_PRELOAD` entry names libtracer (`own`: our path).
@@ -191,6 +201,22 @@ mod tests {
                 .map(|e| String::from_utf8(e).unwrap())
                 .collect()
         })
+    }
+
+    #[test]
+    fn an_environment_loses_us_when_exec_is_not_followed() {
+        let env = |entries: &[&str]| -> Vec<String> {
+            super::without_tracer_environment(entries.iter().map(|e| e.as_bytes()))
+                .into_iter()
+                .map(|e| String::from_utf8(e).unwrap())
+                .collect()
+        };
+        assert_eq!(
+            env(&["A=1", "LD_PRELOAD=/x/libtracer.so:/y/libfoo.so", "B=2"]),
+            ["A=1", "LD_PRELOAD=/y/libfoo.so", "B=2"]
+        );
+        assert_eq!(env(&["LD_PRELOAD=/x/libtracer.so", "B=2"]), ["B=2"]);
+        assert_eq!(env(&["B=2"]), ["B=2"]);
     }
 
     #[test]

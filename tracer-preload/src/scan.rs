@@ -234,36 +234,29 @@ impl ExitPoint {
     }
 }
 
+// glibc's `exit` (the exported `exit`'s) and `quick_exit`, looked up with
+// every other function of glibc's the library calls (`syscalls::real!`)
+// before the program runs: a
+// `dlsym` at exit runs glibc's error bookkeeping on the exiting thread,
+// which dropped the program's pending `dlerror` state (its blocks then came
+// out lost: `examples/leaks/dlerror.c`).
+crate::syscalls::real!(GLIBC_QUICK_EXIT, "quick_exit\0");
+
+/// The address of glibc's `exit` or `quick_exit` (`name`), 0 if unknown.
+fn glibc_exit_function(name: &core::ffi::CStr) -> u64 {
+    if name == c"quick_exit" {
+        GLIBC_QUICK_EXIT.address()
+    } else {
+        crate::syscalls::hooks::EXIT_REAL.address()
+    }
+}
+
 /// The program's callee-saved registers where it called `exit` (the
 /// exported `exit`'s naked entry), with the thread and the caller's stack
 /// pointer: [`ExitPoint::above_call_of`] takes them for its registers,
 /// since glibc's `exit` saved them in frames the scan leaves out and
 /// reused them before our handler runs. Written once, by the exiting
 /// thread (past `lifecycle::exit_gate`).
-/// glibc's `exit` and `quick_exit`, looked up by [`resolve_exit_functions`]
-/// at start-up: a `dlsym` at exit runs glibc's error bookkeeping on the
-/// exiting thread, which dropped the program's pending `dlerror` state
-/// (its blocks then came out lost: `examples/leaks/dlerror.c`).
-static EXIT_FNS: [AtomicU64; 2] = [const { AtomicU64::new(0) }; 2];
-
-/// Looks up glibc's `exit` and `quick_exit` (the constructor's, before the
-/// program runs; the caller holds the tracer's guard: `dlsym` may
-/// allocate).
-pub fn resolve_exit_functions() {
-    for (slot, name) in EXIT_FNS.iter().zip([c"exit", c"quick_exit"]) {
-        // SAFETY: dlsym with a valid NUL-terminated name; RTLD_NEXT finds
-        // glibc's function even when libtracer defines one.
-        let f = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) } as u64;
-        slot.store(f, Ordering::Relaxed);
-    }
-}
-
-/// What [`resolve_exit_functions`] found for `name` (0: nothing).
-fn glibc_exit_function(name: &core::ffi::CStr) -> u64 {
-    let i = if name == c"quick_exit" { 1 } else { 0 };
-    EXIT_FNS[i].load(Ordering::Relaxed)
-}
-
 /// Words: the thread id (0: none yet), the caller's stack pointer, then
 /// the six registers.
 static EXIT_REGISTERS: [AtomicU64; 8] = [const { AtomicU64::new(0) }; 8];

@@ -40,7 +40,7 @@ pub mod spool;
 mod writer;
 
 pub use reader::Reader;
-pub use spool::{recover, recover_to, spool_process, RecoverStats};
+pub use spool::{recover, recover_to, spool_names, spool_process, unfinished_spool, RecoverStats};
 pub use writer::{HeaderPatcher, SpoolCopier, SpoolIo, SpoolReader, Writer};
 
 /// Magic bytes of a finished file.

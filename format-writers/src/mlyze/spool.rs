@@ -225,13 +225,7 @@ pub(super) fn header_bytes() -> [u8; SPOOL_HEADER_LEN] {
 /// empty: the writer it is given to writes the spool header.
 pub fn create_spool_file(final_path: &Path) -> io::Result<(File, PathBuf)> {
     let base = final_path.as_os_str().to_string_lossy().into_owned();
-    for n in 0..1000u32 {
-        let name = if n == 0 {
-            format!("{base}.spool")
-        } else {
-            format!("{base}.spool.{n}")
-        };
-        let path = PathBuf::from(name);
+    for path in spool_names(final_path) {
         match OpenOptions::new()
             .read(true)
             .write(true)
@@ -249,6 +243,36 @@ pub fn create_spool_file(final_path: &Path) -> io::Result<(File, PathBuf)> {
         io::ErrorKind::AlreadyExists,
         format!("{base}.spool and 999 numbered alternatives all exist"),
     ))
+}
+
+/// The names a spool of the mlyze file `final_path` may have, in the order
+/// [`create_spool_file`] tries them: `FINAL.spool`, then `FINAL.spool.1`
+/// to `.999` (a spool an earlier run left under the first name).
+pub fn spool_names(final_path: &Path) -> impl Iterator<Item = PathBuf> {
+    let base = final_path.as_os_str().to_string_lossy().into_owned();
+    (0..1000u32).map(move |n| {
+        PathBuf::from(if n == 0 {
+            format!("{base}.spool")
+        } else {
+            format!("{base}.spool.{n}")
+        })
+    })
+}
+
+/// The spool of the mlyze file `final_path` that its writer has not
+/// finished: the last of [`spool_names`] that exists, when it was made no
+/// earlier than the file (the writer creates the file, then its spool; a
+/// spool an earlier run left is older, and named before this one).
+pub fn unfinished_spool(final_path: &Path) -> Option<PathBuf> {
+    let made = std::fs::symlink_metadata(final_path)
+        .ok()?
+        .modified()
+        .ok()?;
+    let last = spool_names(final_path)
+        .take_while(|p| std::fs::symlink_metadata(p).is_ok())
+        .last()?;
+    let spool_made = std::fs::symlink_metadata(&last).ok()?.modified().ok()?;
+    (spool_made >= made).then_some(last)
 }
 
 // Linux values (x86-64, aarch64); format-writers has no libc dependency.
@@ -887,6 +911,38 @@ pub fn is_spool(magic: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A spool an earlier run left under the first name is older than the
+    /// file and is not the one its writer uses; the writer's own is the
+    /// last name that exists, made after the file.
+    #[test]
+    fn the_unfinished_spool_is_the_writers_own() {
+        use std::time::{Duration, SystemTime};
+        let dir = std::env::temp_dir().join(format!("fw-spool-names-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let at = |secs: u64| SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000 + secs);
+        let make = |name: &str, secs: u64| {
+            let f = File::create(dir.join(name)).unwrap();
+            f.set_modified(at(secs)).unwrap();
+        };
+        let final_path = dir.join("t.mlyze");
+        make("t.mlyze.spool", 10);
+        make("t.mlyze", 20);
+        // Only the stale spool: none is this file's.
+        assert_eq!(unfinished_spool(&final_path), None);
+        make("t.mlyze.spool.1", 21);
+        assert_eq!(
+            unfinished_spool(&final_path),
+            Some(dir.join("t.mlyze.spool.1"))
+        );
+        // No file: nothing to say.
+        assert_eq!(unfinished_spool(&dir.join("u.mlyze")), None);
+        let names: Vec<PathBuf> = spool_names(&final_path).take(3).collect();
+        assert_eq!(names[0], dir.join("t.mlyze.spool"));
+        assert_eq!(names[2], dir.join("t.mlyze.spool.2"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     fn frame(addr: u64, func: u32, file: u32, line: u32) -> FrameRef {
         FrameRef {

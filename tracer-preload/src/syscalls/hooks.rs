@@ -844,7 +844,7 @@ unsafe extern "C" fn exit_with(status: c_int, regs: *const u64, caller_sp: u64) 
 // glibc's `exit`, looked up before the program runs (`real!`): a lookup
 // made in `exit` ran glibc's `dlsym` error bookkeeping on the exiting
 // thread, which dropped the program's pending `dlerror` state.
-crate::syscalls::real!(EXIT_REAL, "exit\0");
+crate::syscalls::real!(pub(crate) EXIT_REAL, "exit\0");
 
 /// `vfork`: the system call made here, without a stack frame of ours, as
 /// glibc does: the child returns into its caller's frame and then runs on the

@@ -203,8 +203,8 @@ pub struct Real {
 /// made on a wrapper's first call ran glibc's `dlsym` bookkeeping on the
 /// program's thread, which clears its pending `dlerror()` message.
 macro_rules! real {
-    ($id:ident, $name:expr) => {
-        static $id: $crate::syscalls::Real = $crate::syscalls::Real::new($name);
+    ($vis:vis $id:ident, $name:expr) => {
+        $vis static $id: $crate::syscalls::Real = $crate::syscalls::Real::new($name);
         const _: () = {
             #[used]
             #[link_section = "tracer_reals"]
@@ -270,6 +270,17 @@ impl Real {
             p = self.resolve();
         }
         (!p.is_null()).then(|| core::mem::transmute_copy::<*mut c_void, F>(&p))
+    }
+
+    /// The function's address, 0 when it could not be found (looked up
+    /// now if it was not yet).
+    pub fn address(&self) -> u64 {
+        let mut p = self.ptr.load(Ordering::Acquire);
+        if p.is_null() {
+            // SAFETY: resolving only looks the name up.
+            p = unsafe { self.resolve() };
+        }
+        p as u64
     }
 
     #[cold]
