@@ -384,3 +384,67 @@ fn a_program_linked_with_another_allocator_keeps_one_heap() {
         assert_trace_figures(&single_trace(&run), expected, link);
     }
 }
+
+/// `examples/signal_alloc.c`: a `SIGPROF` handler allocates, frees and
+/// reallocs while `main` makes malloc/free pairs. Most signals land while
+/// a hook records its event, inside the tracer's guard. Every call of the
+/// handler is in the trace (its figures are the program's own count), in
+/// an order the trace reads without a free of an unknown block, nothing is
+/// live at exit, and each handler block's stack goes from the handler
+/// through the signal frame to `main`: on the thread's stack and on an
+/// alternate signal stack.
+#[test]
+fn a_signal_handlers_allocations_inside_a_hook_are_recorded() {
+    for mode in ["", "altstack"] {
+        let mut cmd = Cmd::new(example("signal_alloc"));
+        if !mode.is_empty() {
+            cmd = cmd.arg(mode);
+        }
+        let run = run_traced(&cmd, &[]);
+        assert!(run.output.status.success(), "{mode}: {}", run.stderr());
+        let out = String::from_utf8_lossy(&run.output.stdout).to_string();
+        let n: Vec<u64> = out
+            .split_whitespace()
+            .filter_map(|w| w.parse().ok())
+            .collect();
+        let [pairs, runs, bytes] = n[..] else {
+            panic!("{mode}: unexpected output {out:?}");
+        };
+        let trace = single_trace(&run);
+        let what = format!("signal_alloc {mode} ({out})");
+        assert_trace_figures(
+            &trace,
+            Figures::new(pairs + 3 * runs, pairs + 3 * runs, bytes, 0, 0),
+            &what,
+        );
+        assert_eq!(trace.unknown_frees, 0, "{what}: frees of unknown blocks");
+        assert_eq!(
+            trace.double_allocs, 0,
+            "{what}: allocations at live addresses"
+        );
+        let handler_blocks: Vec<u64> = trace
+            .allocs
+            .iter()
+            .filter(|a| a.0 == 4093)
+            .map(|a| a.1)
+            .collect();
+        assert_eq!(
+            handler_blocks.len() as u64,
+            runs,
+            "{what}: 4093-byte blocks"
+        );
+        for stack in handler_blocks {
+            let names: Vec<String> = trace
+                .symbolized(stack)
+                .into_iter()
+                .map(|(_, s)| s.map(|s| s.function).unwrap_or_default())
+                .collect();
+            assert_eq!(
+                names.first().map(String::as_str),
+                Some("handler"),
+                "{what}: {names:?}"
+            );
+            assert!(names.iter().any(|n| n == "main"), "{what}: {names:?}");
+        }
+    }
+}

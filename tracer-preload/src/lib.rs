@@ -34,9 +34,17 @@
 /// registers (`rbx`, `rbp`, `r12`-`r15`, in that order from the lowest
 /// address up) on the stack before any other code runs: the exit scan
 /// takes them for the program's registers (`scan::remember_exit_registers`).
+/// With their unwind rules: the entry must be inside `.cfi_startproc`.
 macro_rules! push_callee_saved {
     () => {
-        "push r15\npush r14\npush r13\npush r12\npush rbp\npush rbx"
+        concat!(
+            "push r15\n.cfi_adjust_cfa_offset 8\n.cfi_offset r15, -16\n",
+            "push r14\n.cfi_adjust_cfa_offset 8\n.cfi_offset r14, -24\n",
+            "push r13\n.cfi_adjust_cfa_offset 8\n.cfi_offset r13, -32\n",
+            "push r12\n.cfi_adjust_cfa_offset 8\n.cfi_offset r12, -40\n",
+            "push rbp\n.cfi_adjust_cfa_offset 8\n.cfi_offset rbp, -48\n",
+            "push rbx\n.cfi_adjust_cfa_offset 8\n.cfi_offset rbx, -56"
+        )
     };
 }
 
@@ -58,6 +66,7 @@ mod plist;
 mod preload;
 #[cfg_attr(test, allow(dead_code))]
 mod scan;
+mod side;
 #[cfg_attr(test, allow(dead_code))]
 mod signals;
 // The exported wrappers are not built into unit tests.
@@ -203,6 +212,10 @@ pub unsafe extern "C" fn syscall(n: c_long) -> c_long {
     // the two jumps are tail calls to C-ABI functions taking the same
     // registers (the stack as at entry).
     core::arch::naked_asm!(
+        // Unwind rules (the entry's frame is its caller's, CFA = rsp + 8
+        // throughout): a debugger, a profiler or a signal handler's
+        // unwinder walks from a program blocked here into its caller.
+        ".cfi_startproc",
         "cmp rdi, {close}",
         "je 2f",
         "cmp rdi, {dup2}",
@@ -229,6 +242,7 @@ pub unsafe extern "C" fn syscall(n: c_long) -> c_long {
         "jmp {failed}",
         "2:",
         "jmp {hooked}",
+        ".cfi_endproc",
         close = const libc::SYS_close,
         dup2 = const libc::SYS_dup2,
         dup3 = const libc::SYS_dup3,
@@ -312,8 +326,12 @@ macro_rules! execl_entry {
             // System V x86-64: path in rdi, the argument list in rsi, rdx, rcx,
             // r8, r9, then on the stack above the return address.
             core::arch::naked_asm!(
+                ".cfi_startproc",
                 "push rbp",
+                ".cfi_adjust_cfa_offset 8",
+                ".cfi_offset rbp, -16",
                 "mov rbp, rsp",
+                ".cfi_def_cfa_register rbp",
                 "sub rsp, 48",
                 "mov [rsp], rsi",
                 "mov [rsp + 8], rdx",
@@ -325,7 +343,10 @@ macro_rules! execl_entry {
                 "mov ecx, {kind}",
                 "call {helper}",
                 "leave",
+                ".cfi_def_cfa rsp, 8",
+                ".cfi_restore rbp",
                 "ret",
+                ".cfi_endproc",
                 kind = const $kind,
                 helper = sym hooks::execl_helper,
             )
@@ -371,12 +392,14 @@ pub unsafe extern "C" fn sigaction(
 
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn signal(sig: c_int, handler: libc::sighandler_t) -> libc::sighandler_t {
-    signals::replace_with(c"signal", sig, handler)
+    syscalls::real!(REAL, "signal\0");
+    signals::replace_with(&REAL, sig, handler)
 }
 
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn bsd_signal(sig: c_int, handler: libc::sighandler_t) -> libc::sighandler_t {
-    signals::replace_with(c"bsd_signal", sig, handler)
+    syscalls::real!(REAL, "bsd_signal\0");
+    signals::replace_with(&REAL, sig, handler)
 }
 
 #[cfg_attr(not(test), no_mangle)]
@@ -384,7 +407,8 @@ pub unsafe extern "C" fn sysv_signal(
     sig: c_int,
     handler: libc::sighandler_t,
 ) -> libc::sighandler_t {
-    signals::replace_with(c"sysv_signal", sig, handler)
+    syscalls::real!(REAL, "sysv_signal\0");
+    signals::replace_with(&REAL, sig, handler)
 }
 
 #[cfg_attr(not(test), no_mangle)]
@@ -412,19 +436,29 @@ pub unsafe extern "C" fn __assert_fail(
 #[unsafe(naked)]
 pub unsafe extern "C" fn daemon(nochdir: c_int, noclose: c_int) -> c_int {
     core::arch::naked_asm!(
+        ".cfi_startproc",
         "lea rdx, [rsp + 8]",
         push_callee_saved!(),
         "mov rcx, rsp",
         "push 0",
+        ".cfi_adjust_cfa_offset 8",
         "call {inner}",
         "add rsp, 8",
+        ".cfi_adjust_cfa_offset -8",
         "pop rbx",
+        ".cfi_adjust_cfa_offset -8",
         "pop rbp",
+        ".cfi_adjust_cfa_offset -8",
         "pop r12",
+        ".cfi_adjust_cfa_offset -8",
         "pop r13",
+        ".cfi_adjust_cfa_offset -8",
         "pop r14",
+        ".cfi_adjust_cfa_offset -8",
         "pop r15",
+        ".cfi_adjust_cfa_offset -8",
         "ret",
+        ".cfi_endproc",
         inner = sym hooks::daemon,
     )
 }

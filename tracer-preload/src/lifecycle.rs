@@ -47,7 +47,7 @@ use format_writers::{
 use crate::config::{self, Config, Unwind};
 use crate::intern::{stack_key, NO_STACK};
 use crate::writer::{self, Control, Msg, PendingOutput, Setup};
-use crate::{fds, sys, tls, unwind};
+use crate::{fds, side, sys, tls, unwind};
 
 const NOT_YET: u8 = 0;
 const INITIALISING: u8 = 1;
@@ -309,8 +309,19 @@ pub fn on_alloc(addr: u64, size: u64, from_realloc: bool, entry: u64) {
     if !active() || !ALLOCS.load(Ordering::Relaxed) {
         return;
     }
-    let Some(_g) = tls::enter() else { return };
+    let r = side::Recording::start();
+    let Some(g) = tls::enter() else {
+        let kind = if from_realloc {
+            side::REALLOC_ALLOC
+        } else {
+            side::ALLOC
+        };
+        return handler_event(r, kind, addr, size, entry);
+    };
     let saved = sys::errno();
+    if side::pending() {
+        deliver_handler_events();
+    }
     let key = stack_now(entry);
     let time_ns = sys::now_ns();
     deliver(Msg::Alloc {
@@ -321,7 +332,7 @@ pub fn on_alloc(addr: u64, size: u64, from_realloc: bool, entry: u64) {
         key,
         from_realloc,
     });
-    sys::set_errno(saved);
+    done_recording(g, r, saved);
 }
 
 /// A block is about to be released (called before the real free runs). With
@@ -331,15 +342,26 @@ pub fn on_free(addr: u64, realloc: bool) {
     if !active() || !ALLOCS.load(Ordering::Relaxed) {
         return;
     }
-    let Some(_g) = tls::enter() else { return };
+    let r = side::Recording::start();
+    let Some(g) = tls::enter() else {
+        let kind = if realloc {
+            side::REALLOC_FREE
+        } else {
+            side::FREE
+        };
+        return handler_event(r, kind, addr, 0, 0);
+    };
     let saved = sys::errno();
+    if side::pending() {
+        deliver_handler_events();
+    }
     let (time_ns, tid) = (sys::now_ns(), tls::tid());
     if realloc {
         deliver(Msg::ReallocFree { time_ns, tid, addr });
     } else {
         deliver(Msg::Free { time_ns, tid, addr });
     }
-    sys::set_errno(saved);
+    done_recording(g, r, saved);
 }
 
 /// The realloc announced by `on_free(_, true)` failed: the old block lives on.
@@ -347,10 +369,86 @@ pub fn on_realloc_failed() {
     if !active() || !ALLOCS.load(Ordering::Relaxed) {
         return;
     }
-    let Some(_g) = tls::enter() else { return };
+    let r = side::Recording::start();
+    let Some(g) = tls::enter() else {
+        return handler_event(r, side::REALLOC_FAILED, 0, 0, 0);
+    };
     let saved = sys::errno();
+    if side::pending() {
+        deliver_handler_events();
+    }
     deliver(Msg::ReallocFailed { tid: tls::tid() });
+    done_recording(g, r, saved);
+}
+
+/// The end of an allocation hook's recording: the events of signal
+/// handlers that interrupted it follow its own (`side`), then the guard is
+/// left, and only then the recording mark (a handler arriving in between
+/// records as any call outside the guard does). A handler that came after
+/// the last look and before the guard was left leaves its events for the
+/// thread's next hook, which delivers them before its own (at its start,
+/// above).
+#[inline(always)]
+fn done_recording(g: tls::Guard, r: side::Recording, errno: libc::c_int) {
+    if side::pending() {
+        deliver_handler_events();
+    }
+    sys::set_errno(errno);
+    drop(g);
+    drop(r);
+}
+
+/// An allocation call that arrived under this thread's guard: recorded
+/// into the side buffer if a signal handler made it while a hook recorded
+/// (`r` holds that hook's mark, put back first).
+#[cold]
+#[inline(never)]
+fn handler_event(r: side::Recording, kind: u64, addr: u64, size: u64, entry: u64) {
+    let rec = r.outer();
+    drop(r);
+    let saved = sys::errno();
+    let depth = DEPTH.load(Ordering::Relaxed).min(config::MAX_DEPTH);
+    let method = if UNWIND_FP.load(Ordering::Relaxed) {
+        Unwind::Fp
+    } else {
+        Unwind::Dwarf
+    };
+    side::record(rec, kind, addr, size, depth, |frames| {
+        unwind::capture_in_handler(method, frames, entry)
+    });
     sys::set_errno(saved);
+}
+
+/// Moves the side buffer's events into this thread's lane, in order.
+#[cold]
+#[inline(never)]
+fn deliver_handler_events() {
+    let tid = tls::tid();
+    side::drain(|kind, time_ns, addr, size, frames| {
+        let msg = match kind {
+            side::ALLOC | side::REALLOC_ALLOC => {
+                let key = if DEPTH.load(Ordering::Relaxed) == 0 {
+                    NO_STACK
+                } else {
+                    crate::lane::with_capture(|c| send_stack(frames, Some(&mut c.sent)))
+                        .unwrap_or_else(|| send_stack(frames, None))
+                };
+                Msg::Alloc {
+                    time_ns,
+                    tid,
+                    addr,
+                    size,
+                    key,
+                    from_realloc: kind == side::REALLOC_ALLOC,
+                }
+            }
+            side::FREE => Msg::Free { time_ns, tid, addr },
+            side::REALLOC_FREE => Msg::ReallocFree { time_ns, tid, addr },
+            side::REALLOC_FAILED => Msg::ReallocFailed { tid },
+            _ => return,
+        };
+        deliver(msg);
+    });
 }
 
 pub fn on_marker(name: &[u8]) {
@@ -1000,6 +1098,14 @@ fn stop_writer(print: bool) -> Option<Receiver<Msg>> {
 fn say_written(ctl: &Control) {
     if config().is_none_or(|c| c.quiet) {
         return;
+    }
+    let lost = side::lost();
+    if lost > 0 {
+        sys::stderr_line(&format!(
+            "{lost} allocation events made by signal handlers were not recorded: a handler \
+             made more than {} while one hook was interrupted",
+            side::capacity()
+        ));
     }
     if let Ok(w) = ctl.written.lock() {
         if !w.is_empty() {

@@ -99,6 +99,8 @@ pub fn install() {
         // SAFETY: `act` is fully initialised; the old action is not wanted.
         if unsafe { real_sigaction(sig, &act, core::ptr::null_mut()) } != 0 {
             forget(sig);
+        } else {
+            crate::side::learn_restorer(sig);
         }
     }
 }
@@ -137,22 +139,16 @@ pub unsafe fn real_sigaction(
     act: *const libc::sigaction,
     old: *mut libc::sigaction,
 ) -> c_int {
-    static REAL: AtomicU64 = AtomicU64::new(0);
-    let mut f = REAL.load(Ordering::Relaxed);
-    if f == 0 {
-        let _g = tls::enter();
-        // SAFETY: dlsym with RTLD_NEXT and a NUL-terminated name.
-        f = unsafe { libc::dlsym(libc::RTLD_NEXT, c"sigaction".as_ptr()) } as u64;
-        if f == 0 {
+    crate::syscalls::real!(REAL, "sigaction\0");
+    // SAFETY: glibc's sigaction has this type.
+    match unsafe { REAL.get::<SigactionFn>() } {
+        // SAFETY: forwarded unchanged from our caller.
+        Some(f) => unsafe { f(sig, act, old) },
+        None => {
             sys::set_errno(libc::ENOSYS);
-            return -1;
+            -1
         }
-        REAL.store(f, Ordering::Relaxed);
     }
-    // SAFETY: the address is glibc's sigaction, of this type.
-    let f: SigactionFn = unsafe { core::mem::transmute::<usize, SigactionFn>(f as usize) };
-    // SAFETY: forwarded unchanged from our caller.
-    unsafe { f(sig, act, old) }
 }
 
 /// The `sigaction` the program sees: ours hidden behind the default.
@@ -166,11 +162,16 @@ pub unsafe fn sigaction(
 ) -> c_int {
     if !is_ours(sig) {
         // SAFETY: forwarded unchanged.
-        return unsafe { real_sigaction(sig, act, old) };
+        let r = unsafe { real_sigaction(sig, act, old) };
+        if r == 0 && !act.is_null() {
+            crate::side::learn_restorer(sig);
+        }
+        return r;
     }
     // SAFETY: forwarded with the old action not asked for (it is ours).
     let r = unsafe { real_sigaction(sig, act, core::ptr::null_mut()) };
     if r == 0 {
+        crate::side::learn_restorer(sig);
         if !act.is_null() {
             forget(sig);
         }
@@ -183,32 +184,29 @@ pub unsafe fn sigaction(
     r
 }
 
-/// For `signal` and its relatives: calls glibc's `name` and, when our handler
-/// was the one replaced, reports the default as the previous handler.
+/// For `signal` and its relatives: calls glibc's function `real` and, when
+/// our handler was the one replaced, reports the default as the previous
+/// handler.
 ///
 /// # Safety
-/// `name` is a NUL-terminated name of a function of type
-/// `fn(c_int, sighandler_t) -> sighandler_t`.
+/// `real` names a function of type `fn(c_int, sighandler_t) -> sighandler_t`.
 pub unsafe fn replace_with(
-    name: &core::ffi::CStr,
+    real: &crate::syscalls::Real,
     sig: c_int,
     handler: libc::sighandler_t,
 ) -> libc::sighandler_t {
     type F = unsafe extern "C" fn(c_int, libc::sighandler_t) -> libc::sighandler_t;
-    let real = {
-        let _g = tls::enter();
-        // SAFETY: dlsym with RTLD_NEXT and a NUL-terminated name.
-        unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) }
-    };
-    if real.is_null() {
+    // SAFETY: the function `real` names has this type (caller's contract).
+    let Some(f) = (unsafe { real.get::<F>() }) else {
         sys::set_errno(libc::EINVAL);
         return libc::SIG_ERR;
-    }
-    // SAFETY: glibc's function of that name has this type (caller's contract).
-    let f: F = unsafe { core::mem::transmute::<*mut c_void, F>(real) };
+    };
     let ours = is_ours(sig);
     // SAFETY: forwarded unchanged.
     let prev = unsafe { f(sig, handler) };
+    if prev != libc::SIG_ERR {
+        crate::side::learn_restorer(sig);
+    }
     if ours && prev != libc::SIG_ERR {
         forget(sig);
         return libc::SIG_DFL;

@@ -16,10 +16,10 @@
 //! (`#[thread_local]` and `-Z tls-model` are unstable.) Initial-exec TLS is
 //! what a preloaded library gets anyway (the loader sets every start-up
 //! object's TLS in the static block); a late `dlopen` of the library is
-//! served from glibc's surplus static TLS (our block is 32 bytes).
+//! served from glibc's surplus static TLS (our block is 48 bytes).
 
 use core::cell::Cell;
-use core::sync::atomic::{AtomicU32, Ordering};
+use core::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
 
 use crate::sys;
 
@@ -174,9 +174,17 @@ pub struct Hot {
     /// the thread's life), null until first asked: every hook saves and
     /// restores it, two calls through the PLT otherwise.
     errno: Cell<*mut libc::c_int>,
+    /// While an allocation hook records its event (inside the guard): the
+    /// stack pointer of its frame, where a signal handler that interrupts
+    /// it is looked for (`side`); 0 otherwise.
+    recording: Cell<u64>,
+    /// This thread's side buffer (`side`), null until a signal handler
+    /// needed one; swapped in with a compare-and-swap, as a handler may
+    /// interrupt another one making it.
+    pub side: AtomicPtr<core::ffi::c_void>,
 }
 
-// The block behind `hot()`: 32 zero bytes of `.tbss`, 8-aligned, hidden.
+// The block behind `hot()`: 48 zero bytes of `.tbss`, 8-aligned, hidden.
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 core::arch::global_asm!(
     ".pushsection .tbss,\"awT\",@nobits",
@@ -184,18 +192,18 @@ core::arch::global_asm!(
     ".globl tracer_hot_tls",
     ".hidden tracer_hot_tls",
     ".type tracer_hot_tls,@object",
-    ".size tracer_hot_tls,32",
+    ".size tracer_hot_tls,48",
     "tracer_hot_tls:",
-    ".zero 32",
+    ".zero 48",
     ".popsection",
 );
-const _: () = assert!(core::mem::size_of::<Hot>() == 32);
+const _: () = assert!(core::mem::size_of::<Hot>() == 48);
 
 /// This thread's [`Hot`] fields: one initial-exec TLS address computation.
 #[inline(always)]
 pub fn hot() -> &'static Hot {
     let p: *const Hot;
-    // SAFETY: `tracer_hot_tls` is a 32-byte, 8-aligned TLS symbol of this
+    // SAFETY: `tracer_hot_tls` is a 48-byte, 8-aligned TLS symbol of this
     // object (above); `fs:0` holds the thread pointer (x86-64 TLS ABI) and
     // the GOT entry its offset from it, so the sum is this thread's copy,
     // zero-initialised, valid for the thread's whole life. The result
@@ -287,6 +295,18 @@ impl Hot {
         }
         self.busy.set(true);
         Some(Guard(()))
+    }
+
+    /// The stack pointer of the allocation hook recording on this thread
+    /// now, 0 when none is.
+    #[inline]
+    pub fn recording(&self) -> u64 {
+        self.recording.get()
+    }
+
+    #[inline]
+    pub fn set_recording(&self, sp: u64) {
+        self.recording.set(sp);
     }
 
     /// Whether a hook must let this thread's call pass unrecorded: it is

@@ -68,6 +68,26 @@ pub fn capture(
     got.unwrap_or_else(|| capture_dwarf(buf))
 }
 
+/// [`capture`] for a signal handler's call that interrupted a hook
+/// (`side`): no memo (the interrupted capture may be using it), and the
+/// stack bounds only if already known (computing them takes a lock of
+/// glibc's that the interrupted code may hold). A handler on an alternate
+/// signal stack is outside the bounds: libgcc's unwinder takes it, through
+/// the signal frame.
+pub fn capture_in_handler(method: Unwind, buf: &mut [u64], entry: u64) -> usize {
+    if buf.is_empty() {
+        return 0;
+    }
+    let (lo, hi) = tls::stack_bounds();
+    let got = (hi != 0)
+        .then(|| match method {
+            Unwind::Dwarf => capture_cached(buf, None, lo, hi, entry),
+            Unwind::Fp => capture_fp(buf, lo, hi, entry),
+        })
+        .flatten();
+    got.unwrap_or_else(|| capture_dwarf(buf))
+}
+
 /// Takes the calling thread's lane and its stack bounds now (inside the
 /// guard), so that its next allocation makes no system call of its own:
 /// the lane's `mmap` and `prctl`, and glibc's `/proc/self/maps`,
@@ -89,13 +109,26 @@ fn known_bounds(cached: &mut (u64, u64)) -> Option<(u64, u64)> {
     Some(b)
 }
 
+/// libgcc's unwinder. The tracer's own frames are dropped from the top.
+/// After a signal frame (glibc's `sigreturn` trampoline as a return
+/// address) the interrupted code comes; when it was a hook (a signal
+/// handler that interrupted one), every frame up to the hook's last own
+/// frame is dropped as well, those of libc or the vDSO it called included:
+/// the stack reads handler, trampoline, then the program's call of the
+/// allocation function.
 fn capture_dwarf(buf: &mut [u64]) -> usize {
+    let restorer = crate::side::restorer();
     let mut n = 0;
     let mut skipping = true;
+    // Where the frames after the latest signal frame start, until the
+    // program's frames after an interrupted hook's.
+    let mut after_signal: Option<usize> = None;
+    let mut hook_seen = false;
     // SAFETY: trace_unsynchronized is unsafe only because it must not run
     // concurrently with itself on the same thread's unwinder state when the
-    // unwinder is not thread-safe; libgcc's `_Unwind_Backtrace` is, and our
-    // reentrancy guard keeps this thread from nesting captures.
+    // unwinder is not thread-safe; libgcc's `_Unwind_Backtrace` keeps its
+    // state on the caller's stack, so a capture by a signal handler that
+    // interrupted one (`side`) is safe as well.
     unsafe {
         backtrace::trace_unsynchronized(|frame| {
             let ip = frame.ip() as u64;
@@ -106,8 +139,22 @@ fn capture_dwarf(buf: &mut [u64]) -> usize {
                 return true;
             }
             skipping = false;
+            if let Some(start) = after_signal {
+                if is_own(ip) {
+                    n = start;
+                    hook_seen = true;
+                    return true;
+                }
+                if hook_seen {
+                    after_signal = None;
+                }
+            }
             buf[n] = ip;
             n += 1;
+            if restorer != 0 && ip == restorer {
+                after_signal = Some(n);
+                hook_seen = false;
+            }
             n < buf.len()
         });
     }

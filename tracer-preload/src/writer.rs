@@ -179,6 +179,9 @@ pub struct Setup {
 /// that went ahead of an earlier one of another thread gets that one's
 /// later time: at most this much later than measured.
 const SLACK_NS: u64 = 20_000;
+/// Reallocs of one thread under way at once past which the oldest is
+/// taken for stale (see `Msg::ReallocFree` in `State::handle`).
+const MAX_NESTED_REALLOCS: usize = 4;
 
 const FLUSH_EVERY: Duration = Duration::from_millis(100);
 
@@ -912,7 +915,8 @@ impl State {
             } => {
                 let time_ns = self.time(time_ns);
                 // A realloc of a block kept with its exact size keeps it too.
-                let exact = from_realloc && self.pending.iter().any(|p| p.0 == tid && p.4);
+                let exact =
+                    from_realloc && self.own_pending(tid).is_some_and(|i| self.pending[i].4);
                 if !self.pending.is_empty() {
                     self.settle_pending(tid, addr, from_realloc, time_ns);
                 }
@@ -929,11 +933,23 @@ impl State {
             }
             Msg::Free { time_ns, tid, addr } => self.free(time_ns, tid, addr),
             Msg::ReallocFree { time_ns, tid, addr } => {
-                self.pending.retain(|p| p.0 != tid);
+                // A thread has one realloc under way, or two when a signal
+                // handler's ran inside the first (`side`): the halves pair
+                // innermost first. More are stale (a realloc whose second
+                // half never came): the oldest goes.
+                if self.pending.iter().filter(|p| p.0 == tid).count() >= MAX_NESTED_REALLOCS {
+                    if let Some(i) = self.pending.iter().position(|p| p.0 == tid) {
+                        self.pending.remove(i);
+                    }
+                }
                 let exact = scan::enabled() && self.live.is_exact(addr);
                 self.pending.push((tid, addr, time_ns, false, exact));
             }
-            Msg::ReallocFailed { tid } => self.pending.retain(|p| p.0 != tid),
+            Msg::ReallocFailed { tid } => {
+                if let Some(i) = self.own_pending(tid) {
+                    self.pending.remove(i);
+                }
+            }
             Msg::Marker { time_ns, tid, name } => {
                 self.thread(tid);
                 let time_ns = self.time(time_ns);
@@ -957,8 +973,15 @@ impl State {
     /// thread at the same time.
     fn settle_pending(&mut self, tid: u32, addr: u64, from_realloc: bool, time_ns: u64) {
         let mut due = Vec::new();
+        let own_at = if from_realloc {
+            self.own_pending(tid)
+        } else {
+            None
+        };
+        let mut i = 0;
         self.pending.retain_mut(|p| {
-            let own = from_realloc && p.0 == tid;
+            let own = own_at == Some(i);
+            i += 1;
             if (own || p.1 == addr) && !p.3 {
                 due.push((if own { time_ns } else { p.2 }, p.0, p.1));
                 p.3 = true;
@@ -968,6 +991,11 @@ impl State {
         for (time_ns, t, a) in due {
             self.free(time_ns, t, a);
         }
+    }
+
+    /// The index of `tid`'s innermost realloc under way.
+    fn own_pending(&self, tid: u32) -> Option<usize> {
+        self.pending.iter().rposition(|p| p.0 == tid)
     }
 
     /// Symbolizes now the addresses inside the objects loaded from `paths`
@@ -1627,6 +1655,39 @@ mod tests {
             events(&seen),
             vec![('F', 1, 0xa0), ('A', 2, 0xa0), ('A', 1, 0xb0)]
         );
+    }
+
+    #[test]
+    fn a_realloc_inside_a_realloc_of_the_same_thread_pairs_innermost_first() {
+        // A signal handler's realloc ran between the halves of the realloc
+        // it interrupted (`side`): both old blocks are freed.
+        let (mut st, seen) = state(8);
+        let free = |time_ns, addr| Msg::ReallocFree {
+            time_ns,
+            tid: 1,
+            addr,
+        };
+        st.handle(free(5, 0xa0));
+        st.handle(free(6, 0xc0));
+        st.handle(alloc(1, 0xd0, true));
+        st.handle(alloc(1, 0xe0, true));
+        assert_eq!(
+            events(&seen),
+            vec![
+                ('F', 1, 0xc0),
+                ('A', 1, 0xd0),
+                ('F', 1, 0xa0),
+                ('A', 1, 0xe0)
+            ]
+        );
+        assert!(st.pending.is_empty());
+        // The inner one failed: the outer one's old block alone is freed.
+        st.handle(free(7, 0xd0));
+        st.handle(free(8, 0xe0));
+        st.handle(Msg::ReallocFailed { tid: 1 });
+        st.handle(alloc(1, 0xf0, true));
+        assert_eq!(events(&seen)[4..], [('F', 1, 0xd0), ('A', 1, 0xf0)]);
+        assert!(st.pending.is_empty());
     }
 
     #[test]

@@ -815,12 +815,15 @@ pub unsafe extern "C" fn pthread_create(
 #[unsafe(naked)]
 pub unsafe extern "C" fn exit(status: c_int) -> ! {
     core::arch::naked_asm!(
+        ".cfi_startproc",
         "lea rdx, [rsp + 8]",
         push_callee_saved!(),
         "mov rsi, rsp",
         "push 0",
+        ".cfi_adjust_cfa_offset 8",
         "call {with}",
         "ud2",
+        ".cfi_endproc",
         with = sym exit_with,
     )
 }
