@@ -448,3 +448,18 @@ fn a_signal_handlers_allocations_inside_a_hook_are_recorded() {
         }
     }
 }
+
+/// `examples/signal_longjmp.c`: a `SIGPROF` handler leaves the code it
+/// interrupted with `siglongjmp` when that code is the tracer's (30 times),
+/// while `main` makes malloc/free pairs. The thread's later allocations
+/// are all recorded: 100 blocks of 4000 bytes after the timer stops. (The
+/// jump used to leave the thread inside the tracer's guard: none of them.)
+#[test]
+fn a_signal_handler_that_jumps_out_of_a_hook_leaves_the_thread_traced() {
+    let run = run_traced(&Cmd::new(example("signal_longjmp")), &[]);
+    assert!(run.output.status.success(), "{}", run.stderr());
+    assert_eq!(String::from_utf8_lossy(&run.output.stdout), "jumps 30\n");
+    let trace = single_trace(&run);
+    let last = trace.allocs.iter().filter(|a| a.0 == 4000).count();
+    assert_eq!(last, 100, "allocations of 4000 bytes after the jumps");
+}

@@ -420,8 +420,9 @@ pub fn with_capture<R>(f: impl FnOnce(&mut tls::Capture) -> R) -> Option<R> {
     };
     // SAFETY: the lane is this thread's; only its own captures touch the
     // state, inside the reentrancy guard (a hook nested in a signal handler
-    // or in the capture's own allocations passes through without
-    // capturing), so no other reference to it exists while `f` runs.
+    // captures without it, into the side buffer (`side`), and one nested in
+    // the capture's own allocations passes through), so no other reference
+    // to it exists while `f` runs.
     Some(f(unsafe { &mut *lane.capture.0.get() }))
 }
 

@@ -411,6 +411,29 @@ pub unsafe extern "C" fn sysv_signal(
     signals::replace_with(&REAL, sig, handler)
 }
 
+/// `longjmp` and its relatives: glibc's, after [`side::before_jump`] (a
+/// signal handler jumping out of a hook it interrupted leaves the tracer's
+/// guard with it).
+macro_rules! longjmp_entry {
+    ($name:ident, $real:expr) => {
+        #[cfg_attr(not(test), no_mangle)]
+        pub unsafe extern "C" fn $name(env: *mut c_void, val: c_int) -> ! {
+            type F = unsafe extern "C" fn(*mut c_void, c_int) -> !;
+            syscalls::real!(REAL, $real);
+            side::before_jump(env.cast());
+            match REAL.get::<F>() {
+                Some(f) => f(env, val),
+                None => libc::abort(),
+            }
+        }
+    };
+}
+
+longjmp_entry!(longjmp, "longjmp\0");
+longjmp_entry!(_longjmp, "_longjmp\0");
+longjmp_entry!(siglongjmp, "siglongjmp\0");
+longjmp_entry!(__longjmp_chk, "__longjmp_chk\0");
+
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn abort() -> ! {
     hooks::abort()

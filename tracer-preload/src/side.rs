@@ -291,6 +291,50 @@ pub fn record(
     }
 }
 
+/// Called by our `longjmp` and its relatives before glibc's jumps: a
+/// signal handler that interrupted a recording hook and jumps out of it
+/// (to a `sigsetjmp` above the hook's frame) would leave the thread inside
+/// the tracer's guard for good, and every later allocation of the thread
+/// unrecorded (`examples/signal_longjmp.c`: 0 of its last 100). The guard
+/// and the mark are left here. The target's stack pointer is read from
+/// `env` as glibc stores it on x86-64 (`__jmp_buf[6]`, mangled with the
+/// thread's pointer guard, `fs:0x30`). A jump within the handler (its
+/// target below the hook's frame) leaves both as they are.
+///
+/// What the interrupted hook had not finished is lost with it: its own
+/// event if not yet delivered (glibc's call was made: a block the program
+/// never received, or a free whose real `free` never ran), and a stack it
+/// was sending (later events of that stack read as having no frames).
+///
+/// # Safety
+/// `env` is the `jmp_buf` the program passes to `longjmp`.
+pub unsafe fn before_jump(env: *const u64) {
+    let hot = tls::hot();
+    let rec = hot.recording();
+    if rec == 0 || !tls::inside() || env.is_null() {
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        let guard: u64;
+        // SAFETY: reads the pointer guard of glibc's thread control block
+        // (`tcbhead_t.pointer_guard`, at 0x30 from the thread pointer).
+        unsafe {
+            core::arch::asm!(
+                "mov {}, qword ptr fs:[0x30]",
+                out(reg) guard,
+                options(nostack, readonly, preserves_flags)
+            )
+        };
+        // SAFETY: `env` is a jmp_buf (caller's contract): 8 words at least.
+        let target_sp = unsafe { *env.add(6) }.rotate_right(0x11) ^ guard;
+        if target_sp > rec {
+            tls::abandon_guard();
+            hot.set_recording(0);
+        }
+    }
+}
+
 /// Whether handlers left events for this thread's recording hook.
 #[inline(always)]
 pub fn pending() -> bool {

@@ -356,6 +356,12 @@ pub fn inside() -> bool {
     hot().busy.get()
 }
 
+/// Leaves the tracer's guard without the `Guard` (the code that held it
+/// was left by a `longjmp`; see `side::before_jump`).
+pub fn abandon_guard() {
+    hot().busy.set(false);
+}
+
 /// Whether this thread is a `vfork` child's (or its parent's, suspended).
 #[inline]
 pub fn vforked() -> bool {
