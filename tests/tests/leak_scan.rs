@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 
 use format_writers::LeakKind;
 use tracer_tests::{
-    assert_same_behaviour, assert_trace_figures, assert_validates, dtv_bytes_for,
+    assert_same_behaviour, assert_trace_figures, assert_validates, cli_report, dtv_bytes_for,
     dtv_bytes_under_valgrind, example, example_with, fresh_dir, read_scan, read_trace, run_traced,
     status_text, tracer, tracer_lib, valgrind_leaks, Cmd, Figures, LeakClasses, ScanResult, Traced,
 };
@@ -544,6 +544,25 @@ fn an_image_ended_by_exec_is_not_leak_checked() {
             .lines()
             .any(|l| l.starts_with("info ") && l.contains(" ended=\"exec\""));
         assert_eq!(said, pre_exec, "{}", f.display());
+        if !pre_exec {
+            continue;
+        }
+        // `tracer leaks --fail` and `tracer report` agree with `tracer
+        // run`: no leak counted in that image, and the blocks it had live
+        // at the exec (exec.c: 512 bytes in 1 block) said.
+        let leaks = tracer(&["leaks".as_ref(), "--fail".as_ref(), f.as_os_str()]);
+        let text = String::from_utf8_lossy(&leaks.stdout);
+        assert_eq!(leaks.status.code(), Some(0), "{}: {text}", f.display());
+        assert_eq!(
+            text,
+            "No leak check: this image was replaced by exec; its 1 block(s) (512 byte(s)) \
+             live then went with it.\n",
+            "{}",
+            f.display()
+        );
+        let report = cli_report(f);
+        assert_eq!(report["leaked_bytes"], 0, "{}", f.display());
+        assert_eq!(report["live_at_exit_bytes"], 512, "{}", f.display());
     }
 }
 

@@ -329,6 +329,13 @@ impl Analysis {
         Analysis::default()
     }
 
+    /// Whether the traced image ended by `exec` (the library's info pair
+    /// `ended`=`exec`): its blocks went with the old image, and no leak
+    /// check applies to it.
+    pub fn replaced_by_exec(&self) -> bool {
+        self.info.iter().any(|(k, v)| k == "ended" && v == "exec")
+    }
+
     /// Feeds one record.
     #[inline]
     pub fn add(&mut self, record: Record) {
@@ -513,8 +520,12 @@ impl Analysis {
 
     /// Bytes and blocks counted as leaked: the definite and indirect blocks of
     /// the reachability scan when the trace holds one, otherwise every block
-    /// live now.
+    /// live now; none for an image replaced by `exec` (no leak check applies
+    /// there, as in `tracer leaks`).
     pub fn leaked(&self) -> (u64, u64) {
+        if self.replaced_by_exec() {
+            return (0, 0);
+        }
         if self.leak_scan_ns.is_none() {
             return (self.heap.live_bytes, self.live_blocks());
         }

@@ -10,7 +10,10 @@
 //! Blocks the scan could not have seen — allocated after it, by exit-time
 //! destructors — and blocks it did not classify are counted apart, never
 //! silently dropped. A trace without a scan (older traces, a process killed
-//! before exit) reports every live block as definite, and says so.
+//! before exit) reports every live block as definite, and says so. An image
+//! that ended by `exec` (info `ended`=`exec`) is not checked: its blocks
+//! went with it, as valgrind and LeakSanitizer see it; its live blocks are
+//! counted (`replaced_by_exec`) and no leak is reported.
 //!
 //! Groups whose stack matches a suppression are left out and counted per
 //! rule. `leaked_bytes`/`leaked_blocks` are the unsuppressed definite and
@@ -107,6 +110,9 @@ pub struct LeaksJson {
     pub after_scan: Amount,
     /// Blocks live at the scan that it did not classify.
     pub unclassified: Amount,
+    /// The image ended by `exec`: the blocks live then (none is reported).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replaced_by_exec: Option<Amount>,
     /// Frames the debug info could not resolve, per module and reason.
     pub unresolved_frames: Vec<UnresolvedNote>,
     #[serde(skip)]
@@ -198,7 +204,12 @@ pub fn compute(a: &Analysis, supp: &mut Suppressions, opts: &Options) -> LeaksJs
     let mut groups: FxHashMap<(LeakKind, StackId), Amount> = FxHashMap::default();
     let mut by_kind = ByKind::default();
     let (mut after_scan, mut unclassified) = (Amount::default(), Amount::default());
+    let mut replaced = a.replaced_by_exec().then(Amount::default);
     for b in a.live.values() {
+        if let Some(r) = replaced.as_mut() {
+            r.add(b.size, 1);
+            continue;
+        }
         let kind = match (scan, b.class) {
             (false, _) => LeakKind::Definite,
             (true, Some(k)) => k,
@@ -293,6 +304,7 @@ pub fn compute(a: &Analysis, supp: &mut Suppressions, opts: &Options) -> LeaksJs
         by_kind,
         after_scan,
         unclassified,
+        replaced_by_exec: replaced,
         unresolved_frames: resolver.unresolved(),
         warnings: resolver.warnings(),
         lines,
@@ -318,6 +330,15 @@ pub fn text(out: &mut dyn Write, r: &LeaksJson) -> std::io::Result<()> {
             writeln!(out, "    #{i} {}", f.text())?;
         }
         writeln!(out)?;
+    }
+    if let Some(live) = r.replaced_by_exec {
+        writeln!(
+            out,
+            "No leak check: this image was replaced by exec; its {} block(s) ({} byte(s)) \
+             live then went with it.",
+            live.blocks, live.bytes
+        )?;
+        return Ok(());
     }
     if r.leaks.is_empty() {
         if !r.reachability_scan && r.by_kind.definite.blocks == 0 {

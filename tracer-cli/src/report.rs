@@ -4,7 +4,9 @@
 //! counting rules). `leaked_*` counts the definite and indirect blocks of the
 //! trace's reachability scan at exit; without a scan it equals
 //! `live_at_exit_*` (every block never freed counts as leaked), as the
-//! interface specifies. Frames are symbolized through the debug info of the
+//! interface specifies. An image replaced by `exec` never exited: its
+//! blocks went with it, nothing counts as leaked (as `tracer leaks` and
+//! `tracer run --leak-check` treat it). Frames are symbolized through the debug info of the
 //! traced binaries ([`crate::symbolize`]). Syscall traces get `strace -c`'s table (and a
 //! `syscalls` array in JSON) besides the (then zero) heap figures.
 
@@ -277,7 +279,12 @@ pub fn text(
             plural(a.live_blocks(), "block", "blocks")
         )?;
         let (leaked_bytes, leaked_blocks) = a.leaked();
-        if a.leak_scan_ns.is_some() {
+        if a.replaced_by_exec() {
+            writeln!(
+                out,
+                "leaked: none counted (the image was replaced by exec: its blocks went with it)"
+            )?;
+        } else if a.leak_scan_ns.is_some() {
             writeln!(
                 out,
                 "leaked: {} in {} (definitely and indirectly lost, by the reachability scan at exit; `tracer leaks` for details)",

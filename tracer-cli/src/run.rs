@@ -584,7 +584,7 @@ pub fn leak_check(
         // An image the process replaced with exec: its blocks went with it,
         // and valgrind and LeakSanitizer check nothing there either (a
         // shell's background job allocates between its fork and the exec).
-        if a.info.iter().any(|(k, val)| k == "ended" && val == "exec") {
+        if a.replaced_by_exec() {
             v.replaced += 1;
             continue;
         }
