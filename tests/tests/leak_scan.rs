@@ -701,15 +701,19 @@ fn a_pending_dlerror_stays_reachable() {
     // A fork and a wait between the failed dlsym and dlerror(): the first
     // call of a wrapper no longer looks glibc's function up then, which
     // cleared the pending error ("was lost"); with the capture on too.
-    let cmd = Cmd::new(&bin).arg("fork");
-    let plain = cmd.run_plain();
-    assert_eq!(
-        String::from_utf8_lossy(&plain.stdout),
-        "dlerror: the pending error is kept\n"
-    );
-    for format in ["mlyze", "mlyze,tlv"] {
-        let traced = run_traced(&cmd, &[("TRACER_FORMAT", format)]);
-        assert_same_behaviour(&plain, &traced, format);
+    // Likewise a call of signal(), whose wrapper looked glibc's up at every
+    // call.
+    for mode in ["fork", "signal"] {
+        let cmd = Cmd::new(&bin).arg(mode);
+        let plain = cmd.run_plain();
+        assert_eq!(
+            String::from_utf8_lossy(&plain.stdout),
+            "dlerror: the pending error is kept\n"
+        );
+        for format in ["mlyze", "mlyze,tlv"] {
+            let traced = run_traced(&cmd, &[("TRACER_FORMAT", format)]);
+            assert_same_behaviour(&plain, &traced, &format!("{mode} {format}"));
+        }
     }
 }
 
