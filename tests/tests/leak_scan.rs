@@ -446,6 +446,51 @@ fn a_program_the_library_cannot_reach_fails_the_leak_check() {
     assert!(stderr.contains("no allocation trace"), "{stderr}");
 }
 
+/// `examples/prefixed_alloc.c` calls an allocator of its own by mimalloc's
+/// names (as a Rust program with a `#[global_allocator]` does): `tracer
+/// run` says in one line that those blocks are not traced, and the trace
+/// holds the one block made with the C library's `malloc`. A program that
+/// allocates through `malloc` alone gets no such line; nor does the same
+/// program stripped (its symbols are gone: documented).
+#[test]
+fn a_program_with_an_allocator_of_its_own_names_is_told_what_is_not_traced() {
+    let bin = example("prefixed_alloc");
+    let dir = fresh_dir("run-prefixed");
+    let (code, stderr) = tracer_run(&[], &dir.join("t"), &[bin.as_os_str()]);
+    assert_eq!(code, 0, "{stderr}");
+    let expected = format!(
+        "tracer: {} calls mimalloc by names of its own (mi_malloc): the blocks it allocates \
+         that way are not traced, only those of the C library's malloc",
+        bin.display()
+    );
+    assert_eq!(
+        stderr.lines().filter(|l| *l == expected).count(),
+        1,
+        "{stderr}"
+    );
+    let trace = read_trace(&dir.join("t.mlyze")).unwrap_or_else(|e| panic!("{e}"));
+    assert_trace_figures(&trace, Figures::new(1, 1, 24, 0, 0), "prefixed_alloc");
+    for (what, program) in [
+        ("malloc alone", example("leaks/clean")),
+        ("stripped", {
+            let stripped = dir.join("stripped");
+            let ok = std::process::Command::new("strip")
+                .arg("-o")
+                .arg(&stripped)
+                .arg(&bin)
+                .status()
+                .expect("strip runs");
+            assert!(ok.success());
+            stripped
+        }),
+    ] {
+        let out = dir.join(what.replace(' ', "_"));
+        let (code, stderr) = tracer_run(&[], &out, &[program.as_os_str()]);
+        assert_eq!(code, 0, "{what}: {stderr}");
+        assert!(!stderr.contains("names of its own"), "{what}: {stderr}");
+    }
+}
+
 /// A program that crashes under `tracer run` leaves its trace as a spool:
 /// `tracer run` turns it into the trace file once the process is gone
 /// (every event before the fault: `examples/crash.c`'s figures), and

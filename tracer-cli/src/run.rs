@@ -283,6 +283,18 @@ pub fn execute(opts: &Options, out: &mut dyn Write) -> Result<i32, Failure> {
     if files.is_empty() && (checking || !opts.quiet) {
         writeln!(out, "{}", no_trace_line(Path::new(program)))?;
     }
+    if !files.is_empty() && (checking || !opts.quiet) {
+        let own = find_program(Path::new(program))
+            .and_then(|p| own_allocator(&p).map(|found| (p, found)));
+        if let Some((p, (allocator, symbol))) = own {
+            writeln!(
+                out,
+                "tracer: {} calls {allocator} by names of its own ({symbol}): the blocks it \
+                 allocates that way are not traced, only those of the C library's malloc",
+                p.display()
+            )?;
+        }
+    }
     if checking {
         let leak_opts = crate::leaks::Options {
             show: opts
@@ -488,6 +500,55 @@ fn unreachable_reason(path: &Path) -> Option<String> {
         }
     }
     Some("is statically linked: LD_PRELOAD does not reach it".into())
+}
+
+/// Allocators a program links in and calls by names of their own, never
+/// through the C library's `malloc` (which is all `LD_PRELOAD` can reach):
+/// Rust's `#[global_allocator]` crates over jemalloc (tikv-jemallocator:
+/// `_rjem_*`), mimalloc (`mi_*`), snmalloc and rpmalloc, and jemalloc
+/// built with its `je_` prefix. The first name found is reported.
+const OWN_ALLOCATORS: [(&str, &str); 8] = [
+    ("_rjem_malloc", "jemalloc"),
+    ("_rjem_mallocx", "jemalloc"),
+    ("je_malloc", "jemalloc"),
+    ("je_mallocx", "jemalloc"),
+    ("mi_malloc", "mimalloc"),
+    ("mi_malloc_aligned", "mimalloc"),
+    ("sn_rust_alloc", "snmalloc"),
+    ("rpmalloc", "rpmalloc"),
+];
+
+/// The allocator `path` calls by names of its own, and the name found: a
+/// function of [`OWN_ALLOCATORS`] defined in the program's symbols (its
+/// symbol table, or its dynamic one when stripped). `None` when there is
+/// none, the file cannot be read as ELF, or the program defines `malloc`
+/// itself (the library says so then, and every caller's `malloc` is its).
+fn own_allocator(path: &Path) -> Option<(&'static str, &'static str)> {
+    use object::{Object, ObjectSymbol};
+    let f = std::fs::File::open(path).ok()?;
+    // SAFETY: a read-only private mapping of the program's file, read once
+    // its run has ended. A file truncated or rewritten in place meanwhile
+    // would change what is read (or fault), the risk every symbolizer
+    // takes: binaries are replaced by rename, not rewritten.
+    let data = unsafe { memmap2::Mmap::map(&f) }.ok()?;
+    let file = object::File::parse(&*data).ok()?;
+    let mut found = None;
+    for sym in file.symbols().chain(file.dynamic_symbols()) {
+        if !sym.is_definition() {
+            continue;
+        }
+        let Ok(name) = sym.name() else { continue };
+        if name == "malloc" {
+            return None;
+        }
+        if found.is_none() {
+            found = OWN_ALLOCATORS
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map(|(n, a)| (*a, *n));
+        }
+    }
+    found
 }
 
 /// What the leak check of a run found, over every traced process.
