@@ -16,8 +16,8 @@
 //! channel) and starts the writer thread with the list. No thread is started
 //! and no I/O is done from inside an allocation during start-up.
 //!
-//! Exit (`atexit` registered by our constructor, so it runs after every other
-//! library's destructors), `_exit`, and `exec` all stop the writer, which
+//! Exit (after the last exit handler: see [`defer_exit`]), `_exit`, and
+//! `exec` all stop the writer, which
 //! drains the channel, symbolizes, and finishes the files (exit and `_exit`
 //! first ask for the leak scan of `scan`, which the writer runs after the
 //! drain); the wait is bounded
@@ -1245,7 +1245,94 @@ pub fn orphaned() -> bool {
 }
 
 extern "C" fn at_exit() {
-    at_exit_of(c"exit");
+    if orphaned() || !defer_exit() {
+        at_exit_of(c"exit");
+    }
+}
+
+/// Set by our `atexit` handler once the exit's work waits for the end of
+/// the exit handlers ([`defer_exit`]); taken by the first callback of the
+/// stream that runs.
+static EXIT_DEFERRED: AtomicBool = AtomicBool::new(false);
+
+/// glibc's `cookie_io_functions_t`.
+#[repr(C)]
+struct CookieIo {
+    read: Option<unsafe extern "C" fn(*mut libc::c_void, *mut libc::c_char, usize) -> isize>,
+    write: Option<unsafe extern "C" fn(*mut libc::c_void, *const libc::c_char, usize) -> isize>,
+    seek: Option<unsafe extern "C" fn(*mut libc::c_void, *mut i64, libc::c_int) -> libc::c_int>,
+    close: Option<unsafe extern "C" fn(*mut libc::c_void) -> libc::c_int>,
+}
+
+extern "C" {
+    fn fopencookie(
+        cookie: *mut libc::c_void,
+        mode: *const libc::c_char,
+        io: CookieIo,
+    ) -> *mut libc::FILE;
+}
+
+/// Our `atexit` handler runs before the handlers registered ahead of it:
+/// those of every library whose constructor ran before ours (a preloaded
+/// library's runs after the program's libraries'), among them the
+/// destructors of their C++ globals. Blocks those free were still live at
+/// the scan, and blocks that only a freed container pointed to came out
+/// reachable, where valgrind, which checks at the very end, says
+/// definitely lost (`examples/leaks/late_atexit.c`). So the scan and the
+/// files wait for the end of the exit handlers: `exit` flushes every
+/// stdio stream after the last of them (`_IO_cleanup`, before `_exit`),
+/// and a stream of ours, opened here with one byte pending, has its write
+/// callback run then. Should a later handler flush every stream or end the
+/// process with `_exit` first, the work is done there. False when the
+/// stream cannot be made: the work is done now.
+fn defer_exit() -> bool {
+    if !is_traced_process() || STATE.load(Ordering::Acquire) != TRACING {
+        return false;
+    }
+    let _g = tls::enter();
+    let io = CookieIo {
+        read: None,
+        write: Some(exit_stream_write),
+        seek: None,
+        close: Some(exit_stream_close),
+    };
+    // SAFETY: a write-only stream over callbacks that ignore the cookie;
+    // glibc keeps it (and its buffer, from its heap) until the process ends.
+    let f = unsafe { fopencookie(core::ptr::null_mut(), c"w".as_ptr(), io) };
+    if f.is_null() {
+        return false;
+    }
+    EXIT_DEFERRED.store(true, Ordering::SeqCst);
+    // SAFETY: `f` is the stream just opened; the byte stays in its buffer
+    // until a flush.
+    if unsafe { libc::fputc(i32::from(b'.'), f) } == libc::EOF {
+        EXIT_DEFERRED.store(false, Ordering::SeqCst);
+        return false;
+    }
+    true
+}
+
+unsafe extern "C" fn exit_stream_write(
+    _cookie: *mut libc::c_void,
+    _buf: *const libc::c_char,
+    size: usize,
+) -> isize {
+    run_deferred_exit();
+    size as isize
+}
+
+unsafe extern "C" fn exit_stream_close(_cookie: *mut libc::c_void) -> libc::c_int {
+    run_deferred_exit();
+    0
+}
+
+/// The exit's work [`defer_exit`] put off, once.
+fn run_deferred_exit() {
+    if EXIT_DEFERRED.swap(false, Ordering::SeqCst) {
+        let saved = sys::errno();
+        at_exit_of(c"exit");
+        sys::set_errno(saved);
+    }
 }
 
 /// `quick_exit` runs the `at_quick_exit` handlers, ours last, then ends the
