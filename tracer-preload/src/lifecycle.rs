@@ -311,12 +311,7 @@ pub fn on_alloc(addr: u64, size: u64, from_realloc: bool, entry: u64) {
     }
     let r = side::Recording::start();
     let Some(g) = tls::enter() else {
-        let kind = if from_realloc {
-            side::REALLOC_ALLOC
-        } else {
-            side::ALLOC
-        };
-        return handler_event(r, kind, addr, size, entry);
+        return handler_event(r, side::alloc_kind(from_realloc), addr, size, entry);
     };
     let saved = sys::errno();
     if side::pending() {
@@ -344,12 +339,7 @@ pub fn on_free(addr: u64, realloc: bool) {
     }
     let r = side::Recording::start();
     let Some(g) = tls::enter() else {
-        let kind = if realloc {
-            side::REALLOC_FREE
-        } else {
-            side::FREE
-        };
-        return handler_event(r, kind, addr, 0, 0);
+        return handler_event(r, side::free_kind(realloc), addr, 0, 0);
     };
     let saved = sys::errno();
     if side::pending() {

@@ -50,6 +50,26 @@ pub const FREE: u64 = 3;
 pub const REALLOC_FREE: u64 = 4;
 pub const REALLOC_FAILED: u64 = 5;
 
+/// The kind of an allocation event (the new block of a `realloc` or not).
+#[inline(always)]
+pub fn alloc_kind(from_realloc: bool) -> u64 {
+    if from_realloc {
+        REALLOC_ALLOC
+    } else {
+        ALLOC
+    }
+}
+
+/// The kind of a free event (the old block of a `realloc` or not).
+#[inline(always)]
+pub fn free_kind(realloc: bool) -> u64 {
+    if realloc {
+        REALLOC_FREE
+    } else {
+        FREE
+    }
+}
+
 /// Bytes of a thread's side buffer; only the pages written become resident.
 const BYTES: usize = 1 << 20;
 /// Words of a slot besides its frames: head (kind, frame count), time,
@@ -116,26 +136,6 @@ pub fn lost() -> u64 {
     LOST.load(Ordering::Relaxed)
 }
 
-#[inline(always)]
-fn stack_pointer() -> u64 {
-    let sp: u64;
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: reads a register, no memory access.
-    unsafe {
-        core::arch::asm!("mov {}, rsp", out(reg) sp, options(nomem, nostack, preserves_flags))
-    };
-    #[cfg(target_arch = "aarch64")]
-    // SAFETY: reads a register, no memory access.
-    unsafe {
-        core::arch::asm!("mov {}, sp", out(reg) sp, options(nomem, nostack, preserves_flags))
-    };
-    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-    {
-        sp = 0;
-    }
-    sp
-}
-
 /// Marks the calling allocation hook as recording until the value is
 /// dropped; its stack pointer bounds the search of [`record`]. Made before
 /// the hook enters the guard, so that no instant has the guard taken and
@@ -152,7 +152,7 @@ impl Recording {
     pub fn start() -> Recording {
         let hot = tls::hot();
         let outer = hot.recording();
-        hot.set_recording(stack_pointer());
+        hot.set_recording(crate::unwind::stack_pointer());
         Recording { outer }
     }
 
@@ -262,7 +262,7 @@ pub fn record(
     depth: usize,
     capture: impl FnOnce(&mut [u64]) -> usize,
 ) {
-    if rec == 0 || tls::vforked() || !interrupted_hook(stack_pointer(), rec) {
+    if rec == 0 || tls::vforked() || !interrupted_hook(crate::unwind::stack_pointer(), rec) {
         return;
     }
     let Some(h) = buffer(FIXED + depth) else {

@@ -204,25 +204,38 @@ pub fn entry_frame() -> u64 {
     frame_pointer()
 }
 
-#[inline(always)]
-fn frame_pointer() -> u64 {
-    let fp: u64;
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: reads a register, no memory access.
-    unsafe {
-        core::arch::asm!("mov {}, rbp", out(reg) fp, options(nomem, nostack, preserves_flags))
+/// A function returning the value of one register: `$x86` on x86-64,
+/// `$arm` on aarch64 (0 elsewhere).
+macro_rules! register_reader {
+    ($(#[$doc:meta])* $vis:vis $name:ident, $x86:literal, $arm:literal) => {
+        $(#[$doc])*
+        #[inline(always)]
+        $vis fn $name() -> u64 {
+            let v: u64;
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: reads a register, no memory access.
+            unsafe {
+                core::arch::asm!(concat!("mov {}, ", $x86), out(reg) v, options(nomem, nostack, preserves_flags))
+            };
+            #[cfg(target_arch = "aarch64")]
+            // SAFETY: reads a register, no memory access.
+            unsafe {
+                core::arch::asm!(concat!("mov {}, ", $arm), out(reg) v, options(nomem, nostack, preserves_flags))
+            };
+            #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+            {
+                v = 0;
+            }
+            v
+        }
     };
-    #[cfg(target_arch = "aarch64")]
-    // SAFETY: reads a register, no memory access.
-    unsafe {
-        core::arch::asm!("mov {}, x29", out(reg) fp, options(nomem, nostack, preserves_flags))
-    };
-    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-    {
-        fp = 0;
-    }
-    fp
 }
+
+register_reader!(frame_pointer, "rbp", "x29");
+register_reader!(
+    /// The current stack pointer.
+    pub stack_pointer, "rsp", "sp"
+);
 
 /// Where a frame-pointer walk starts: the exported function's frame when
 /// known, else the current one. Only an outer frame of the current one is
