@@ -463,3 +463,23 @@ fn a_signal_handler_that_jumps_out_of_a_hook_leaves_the_thread_traced() {
     let last = trace.allocs.iter().filter(|a| a.0 == 4000).count();
     assert_eq!(last, 100, "allocations of 4000 bytes after the jumps");
 }
+
+/// `examples/syscall_unwind.c`: a signal handler walks its stack with
+/// glibc's `backtrace()` while the program is blocked in `syscall()`, which
+/// is libtracer's (an assembly entry). The walk reaches the program's
+/// caller traced as untraced; without unwind rules for our entry it
+/// stopped there ("not found").
+#[test]
+fn a_stack_walk_through_our_syscall_entry_reaches_the_caller() {
+    let cmd = Cmd::new(example_with(
+        "syscall_unwind",
+        &["-O0", "-g", "-rdynamic", "-fno-omit-frame-pointer"],
+    ));
+    let plain = cmd.run_plain();
+    assert_eq!(
+        String::from_utf8_lossy(&plain.stdout),
+        "syscall_unwind: blocked_call found\n"
+    );
+    let traced = run_traced(&cmd, &[]);
+    assert_same_behaviour(&plain, &traced, "syscall_unwind");
+}
