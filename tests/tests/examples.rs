@@ -400,8 +400,24 @@ fn a_signal_handlers_allocations_inside_a_hook_are_recorded() {
         if !mode.is_empty() {
             cmd = cmd.arg(mode);
         }
-        let run = run_traced(&cmd, &[]);
+        let run = run_traced(&cmd, &[("TRACER_STACK_STATS", "1")]);
         assert!(run.output.status.success(), "{mode}: {}", run.stderr());
+        // Some of the handler's calls did arrive inside a hook (the
+        // private statistics line counts them), or this run proves nothing.
+        let stats = run.stderr();
+        let inside: Vec<u64> = stats
+            .lines()
+            .find_map(|l| l.strip_prefix("libtracer: signal handlers inside hooks: "))
+            .map(|l| {
+                l.split(|c: char| !c.is_ascii_digit())
+                    .filter_map(|w| w.parse().ok())
+                    .collect()
+            })
+            .unwrap_or_default();
+        assert!(
+            inside.len() == 2 && inside[0] > 0 && inside[1] == 0,
+            "{mode}: events recorded inside hooks, lost: {inside:?}; {stats}"
+        );
         let out = String::from_utf8_lossy(&run.output.stdout).to_string();
         let n: Vec<u64> = out
             .split_whitespace()

@@ -83,6 +83,8 @@ const SCAN_LIMIT: u64 = 1 << 20;
 static RESTORER: AtomicU64 = AtomicU64::new(0);
 /// Handlers' events a full buffer had no room for.
 static LOST: AtomicU64 = AtomicU64::new(0);
+/// Handlers' events put into side buffers (`TRACER_STACK_STATS`).
+static RECORDED: AtomicU64 = AtomicU64::new(0);
 
 #[repr(C)]
 struct Header {
@@ -129,6 +131,11 @@ pub fn restorer() -> u64 {
 /// Events a thread's side buffer holds at the default stack depth.
 pub fn capacity() -> usize {
     (BYTES - core::mem::size_of::<Header>()) / ((FIXED + crate::config::DEFAULT_DEPTH) * 8)
+}
+
+/// Handlers' events put into side buffers so far.
+pub fn recorded() -> u64 {
+    RECORDED.load(Ordering::Relaxed)
 }
 
 /// Handlers' events lost so far (a full buffer).
@@ -289,6 +296,7 @@ pub fn record(
         compiler_fence(Ordering::Release);
         core::ptr::write_volatile(s, kind | (n as u64) << 8);
     }
+    RECORDED.fetch_add(1, Ordering::Relaxed);
 }
 
 /// Called by our `longjmp` and its relatives before glibc's jumps: a

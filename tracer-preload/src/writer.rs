@@ -1293,6 +1293,11 @@ impl State {
                 crate::cfi::rules_computed(),
                 crate::cfi::table_slots()
             ));
+            sys::stderr_line(&format!(
+                "signal handlers inside hooks: {} events recorded, {} lost",
+                crate::side::recorded(),
+                crate::side::lost()
+            ));
         }
     }
 
