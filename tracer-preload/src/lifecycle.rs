@@ -1093,7 +1093,8 @@ fn say_written(ctl: &Control) {
     if lost > 0 {
         sys::stderr_line(&format!(
             "{lost} allocation events made by signal handlers were not recorded: a handler \
-             made more than {} while one hook was interrupted",
+             made more than its thread's side buffer holds ({} at the default stack depth) \
+             while one hook was interrupted",
             side::capacity()
         ));
     }
