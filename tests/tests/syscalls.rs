@@ -1167,3 +1167,28 @@ fn fortified_entry_points_are_captured_as_their_system_calls() {
     ];
     assert_eq!(got, expected);
 }
+
+/// `examples/exit_live.c quick|syscall`: the process ends with
+/// `quick_exit(3)` or `syscall(SYS_exit_group, 3)`; the capture's last
+/// record is `exit_group(3)` in both. (glibc's `quick_exit` ends with its
+/// internal `_exit`: the capture had no `exit_group` for it until
+/// libtracer took the status at its own `quick_exit`.)
+#[test]
+fn quick_exit_is_captured_as_exit_group() {
+    for how in ["quick", "syscall"] {
+        let run = run_traced(
+            &Cmd::new(example("exit_live")).arg(how),
+            &[("TRACER_FORMAT", "mlyze,tlv")],
+        );
+        assert_eq!(status_text(&run.output.status), "exit 3", "{how}");
+        let by_pid = syscall_traces(&run);
+        let main = by_pid.get(&run.pid).expect("a .tlv of the traced process");
+        let (_, calls) = read_syscalls(&main[0]);
+        let last = calls.last().expect("calls captured");
+        assert_eq!(
+            (name(last), last.args.clone(), last.duration_ns),
+            ("exit_group", vec![SyscallArg::Int(3)], None),
+            "{how}"
+        );
+    }
+}

@@ -496,3 +496,17 @@ pub extern "C" fn _exit(status: c_int) -> ! {
 pub extern "C" fn _Exit(status: c_int) -> ! {
     hooks::exit_now(status)
 }
+
+/// `quick_exit`: its status waits for our `at_quick_exit` handler, which
+/// records `exit_group` after the program's handlers, as `exit`'s does
+/// (glibc's `quick_exit` ends with its internal `_exit`, which no hook
+/// sees: the capture had no `exit_group` for it).
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn quick_exit(status: c_int) -> ! {
+    type F = unsafe extern "C" fn(c_int) -> !;
+    syscalls::on_exit_called(status);
+    match scan::GLIBC_QUICK_EXIT.get::<F>() {
+        Some(f) => f(status),
+        None => hooks::exit_now(status),
+    }
+}

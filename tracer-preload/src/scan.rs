@@ -240,7 +240,7 @@ impl ExitPoint {
 // `dlsym` at exit runs glibc's error bookkeeping on the exiting thread,
 // which dropped the program's pending `dlerror` state (its blocks then came
 // out lost: `examples/leaks/dlerror.c`).
-crate::syscalls::real!(GLIBC_QUICK_EXIT, "quick_exit\0");
+crate::syscalls::real!(pub(crate) GLIBC_QUICK_EXIT, "quick_exit\0");
 
 /// The address of glibc's `exit` or `quick_exit` (`name`), 0 if unknown.
 fn glibc_exit_function(name: &core::ffi::CStr) -> u64 {
