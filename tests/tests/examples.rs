@@ -404,19 +404,11 @@ fn a_signal_handlers_allocations_inside_a_hook_are_recorded() {
         assert!(run.output.status.success(), "{mode}: {}", run.stderr());
         // Some of the handler's calls did arrive inside a hook (the
         // private statistics line counts them), or this run proves nothing.
-        let stats = run.stderr();
-        let inside: Vec<u64> = stats
-            .lines()
-            .find_map(|l| l.strip_prefix("libtracer: signal handlers inside hooks: "))
-            .map(|l| {
-                l.split(|c: char| !c.is_ascii_digit())
-                    .filter_map(|w| w.parse().ok())
-                    .collect()
-            })
-            .unwrap_or_default();
+        let [recorded, lost, _] = inside_hook_stats(&run);
         assert!(
-            inside.len() == 2 && inside[0] > 0 && inside[1] == 0,
-            "{mode}: events recorded inside hooks, lost: {inside:?}; {stats}"
+            recorded > 0 && lost == 0,
+            "{mode}: events recorded inside hooks {recorded}, lost {lost}; {}",
+            run.stderr()
         );
         let out = String::from_utf8_lossy(&run.output.stdout).to_string();
         let n: Vec<u64> = out
@@ -472,9 +464,16 @@ fn a_signal_handlers_allocations_inside_a_hook_are_recorded() {
 /// jump used to leave the thread inside the tracer's guard: none of them.)
 #[test]
 fn a_signal_handler_that_jumps_out_of_a_hook_leaves_the_thread_traced() {
-    let run = run_traced(&Cmd::new(example("signal_longjmp")), &[]);
+    let run = run_traced(
+        &Cmd::new(example("signal_longjmp")),
+        &[("TRACER_STACK_STATS", "1")],
+    );
     assert!(run.output.status.success(), "{}", run.stderr());
     assert_eq!(String::from_utf8_lossy(&run.output.stdout), "jumps 30\n");
+    // Some jumps did leave a hook while it recorded (the private
+    // statistics line counts them), or this run proves nothing.
+    let [_, _, left] = inside_hook_stats(&run);
+    assert!(left > 0, "hooks left by a jump: {left}; {}", run.stderr());
     let trace = single_trace(&run);
     let last = trace.allocs.iter().filter(|a| a.0 == 4000).count();
     assert_eq!(last, 100, "allocations of 4000 bytes after the jumps");
@@ -498,4 +497,21 @@ fn a_stack_walk_through_our_syscall_entry_reaches_the_caller() {
     );
     let traced = run_traced(&cmd, &[]);
     assert_same_behaviour(&plain, &traced, "syscall_unwind");
+}
+
+/// The private `TRACER_STACK_STATS` line about signal handlers inside
+/// hooks: events recorded, lost, and hooks left by a jump.
+fn inside_hook_stats(run: &Traced) -> [u64; 3] {
+    let stats = run.stderr();
+    let n: Vec<u64> = stats
+        .lines()
+        .find_map(|l| l.strip_prefix("libtracer: signal handlers inside hooks: "))
+        .map(|l| {
+            l.split(|c: char| !c.is_ascii_digit())
+                .filter_map(|w| w.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    n.try_into()
+        .unwrap_or_else(|n| panic!("the statistics line, three figures: {n:?}; {stats}"))
 }

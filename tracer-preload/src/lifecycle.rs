@@ -216,11 +216,7 @@ fn stack_now(entry: u64) -> u64 {
     if depth == 0 {
         return NO_STACK;
     }
-    let method = if UNWIND_FP.load(Ordering::Relaxed) {
-        Unwind::Fp
-    } else {
-        Unwind::Dwarf
-    };
+    let method = unwind_method();
     // Everything a capture of the default depth uses is in one thread-local
     // (`tls::Capture`): the frame buffer (zeroing even 512 bytes on the
     // stack was ~50 instructions an event), the unwinding memo, the stack
@@ -251,6 +247,16 @@ fn stack_now(entry: u64) -> u64 {
         let n = unwind::capture(method, frames, None, entry);
         send_stack(&frames[..n], None)
     })
+}
+
+/// The capture method `TRACER_UNWIND` chose.
+#[inline(always)]
+fn unwind_method() -> Unwind {
+    if UNWIND_FP.load(Ordering::Relaxed) {
+        Unwind::Fp
+    } else {
+        Unwind::Dwarf
+    }
 }
 
 /// The key of `frames`; sends the stack if this thread has not yet (`sent`
@@ -398,11 +404,7 @@ fn handler_event(r: side::Recording, kind: u64, addr: u64, size: u64, entry: u64
     drop(r);
     let saved = sys::errno();
     let depth = DEPTH.load(Ordering::Relaxed).min(config::MAX_DEPTH);
-    let method = if UNWIND_FP.load(Ordering::Relaxed) {
-        Unwind::Fp
-    } else {
-        Unwind::Dwarf
-    };
+    let method = unwind_method();
     side::record(rec, kind, addr, size, depth, |frames| {
         unwind::capture_in_handler(method, frames, entry)
     });
@@ -417,12 +419,9 @@ fn deliver_handler_events() {
     side::drain(|kind, time_ns, addr, size, frames| {
         let msg = match kind {
             side::ALLOC | side::REALLOC_ALLOC => {
-                let key = if DEPTH.load(Ordering::Relaxed) == 0 {
-                    NO_STACK
-                } else {
-                    crate::lane::with_capture(|c| send_stack(frames, Some(&mut c.sent)))
-                        .unwrap_or_else(|| send_stack(frames, None))
-                };
+                // No frames (a stack depth of 0) is `NO_STACK`.
+                let key = crate::lane::with_capture(|c| send_stack(frames, Some(&mut c.sent)))
+                    .unwrap_or_else(|| send_stack(frames, None));
                 Msg::Alloc {
                     time_ns,
                     tid,

@@ -85,6 +85,9 @@ static RESTORER: AtomicU64 = AtomicU64::new(0);
 static LOST: AtomicU64 = AtomicU64::new(0);
 /// Handlers' events put into side buffers (`TRACER_STACK_STATS`).
 static RECORDED: AtomicU64 = AtomicU64::new(0);
+/// Recording hooks left by a `longjmp` ([`before_jump`];
+/// `TRACER_STACK_STATS`).
+static JUMPED_OUT: AtomicU64 = AtomicU64::new(0);
 
 #[repr(C)]
 struct Header {
@@ -136,6 +139,11 @@ pub fn capacity() -> usize {
 /// Handlers' events put into side buffers so far.
 pub fn recorded() -> u64 {
     RECORDED.load(Ordering::Relaxed)
+}
+
+/// Recording hooks left by a `longjmp` so far.
+pub fn jumped_out() -> u64 {
+    JUMPED_OUT.load(Ordering::Relaxed)
 }
 
 /// Handlers' events lost so far (a full buffer).
@@ -339,6 +347,7 @@ pub unsafe fn before_jump(env: *const u64) {
         if target_sp > rec {
             tls::abandon_guard();
             hot.set_recording(0);
+            JUMPED_OUT.fetch_add(1, Ordering::Relaxed);
         }
     }
 }

@@ -1294,9 +1294,10 @@ impl State {
                 crate::cfi::table_slots()
             ));
             sys::stderr_line(&format!(
-                "signal handlers inside hooks: {} events recorded, {} lost",
+                "signal handlers inside hooks: {} events recorded, {} lost, {} hooks left by a jump",
                 crate::side::recorded(),
-                crate::side::lost()
+                crate::side::lost(),
+                crate::side::jumped_out()
             ));
         }
     }
