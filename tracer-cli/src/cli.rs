@@ -282,12 +282,10 @@ pub struct RunArgs {
     #[command(flatten)]
     pub check: LeakCheckArgs,
     /// The program and its arguments (after --)
-    #[arg(
-        required = true,
-        trailing_var_arg = true,
-        allow_hyphen_values = true,
-        value_name = "CMD"
-    )]
+    // Not `allow_hyphen_values`: an unknown option before the program's name
+    // is a usage error, not a program to run. From the name on, every
+    // argument is the program's (`trailing_var_arg`).
+    #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]
     pub command: Vec<OsString>,
 }
 

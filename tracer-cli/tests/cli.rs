@@ -719,6 +719,11 @@ fn usage_errors_exit_1() {
         &["convert", "x", "--to", "pdf", "-o", "y"],
         &["leaks", "--bogus", "x"],
         &["run"],
+        // A misspelled or unknown option of `run` is a usage error, not the
+        // name of a program to run (which would exit 127).
+        &["run", "--bogus", "--", "true"],
+        &["run", "-o", "out", "--", "true"],
+        &["run", "--leak-check", "--outptu", "x", "--", "true"],
     ] {
         let o = tracer(args);
         assert_eq!(o.status.code(), Some(1), "{args:?}: {}", stderr(&o));
@@ -827,6 +832,15 @@ fn run_passes_status_on_and_reads_the_manifest() {
     let o = run(&[OsStr::new("--"), OsStr::new("/nonexistent/program")]);
     assert_eq!(o.status.code(), Some(127));
     assert!(stderr(&o).contains("/nonexistent/program: No such file or directory"));
+
+    // Without `--`, the program's own options after its name are its own;
+    // after `--`, a name that starts with a hyphen is still a program's.
+    let o = run(&["sh", "-c", "echo \"$1\"", "sh", "--format"].map(OsStr::new));
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(stdout(&o), "--format\n");
+    let o = run(&["--", "-no-such-program"].map(OsStr::new));
+    assert_eq!(o.status.code(), Some(127));
+    assert!(stderr(&o).contains("-no-such-program: No such file or directory"));
 }
 
 /// `cargo test --release -p tracer-cli --test cli throughput -- --ignored
