@@ -215,6 +215,14 @@ pub fn execute(opts: &Options, out: &mut dyn Write) -> Result<i32, Failure> {
     };
     let lib = find_library(std::env::var_os("TRACER_LIB"))?;
     check_preloadable(&lib)?;
+    match &opts.output {
+        Some(t) => check_output_directory("--output ", t)?,
+        None => {
+            if let Some(t) = std::env::var_os("TRACER_OUTPUT") {
+                check_output_directory("TRACER_OUTPUT=", &t.to_string_lossy())?;
+            }
+        }
+    }
     let dir = PrivateDir::create()?;
     let manifest = dir.0.join("manifest");
     let mut cmd = Command::new(program);
@@ -429,7 +437,33 @@ fn recover_unfinished(files: &[PathBuf]) -> Vec<Unfinished> {
     v
 }
 
-/// The line said when no process of the command loaded the library, with/// The line said when no process of the command loaded the library, with
+/// Fails when the directory of the output template does not exist, before
+/// the program runs: every traced process would otherwise say it cannot
+/// create its files, and the run would be for nothing. A directory named by
+/// the template's own fields (`%p`, `%e`, `%t`) cannot be checked here and is
+/// left to the library.
+fn check_output_directory(named: &str, template: &str) -> Result<(), Failure> {
+    let Some(dir) = Path::new(template).parent() else {
+        return Ok(());
+    };
+    if dir.as_os_str().is_empty() || dir.to_string_lossy().contains('%') {
+        return Ok(());
+    }
+    match std::fs::metadata(dir) {
+        Ok(m) if m.is_dir() => Ok(()),
+        Ok(_) => Err(Failure::Message(format!(
+            "{named}{template}: {}: not a directory; expected an existing directory",
+            dir.display()
+        ))),
+        Err(e) => Err(Failure::Message(format!(
+            "{named}{template}: {}: {}; expected an existing directory",
+            dir.display(),
+            crate::failure::io_text(&e)
+        ))),
+    }
+}
+
+/// The line said when no process of the command loaded the library, with
 /// the reason when the program's file shows one.
 fn no_trace_line(program: &Path) -> String {
     let found = find_program(program);

@@ -833,6 +833,43 @@ fn run_passes_status_on_and_reads_the_manifest() {
     assert_eq!(o.status.code(), Some(127));
     assert!(stderr(&o).contains("/nonexistent/program: No such file or directory"));
 
+    // An output directory that does not exist is a usage error found before
+    // the program runs (each process would otherwise say it cannot write).
+    let marker = dir.join("ran");
+    let missing = dir.join("no-such-dir");
+    let template = format!("{}/%e-%p", missing.display());
+    let script = format!("touch '{}'", marker.display());
+    let o = run(&["--output", &template, "--", "sh", "-c", &script].map(OsStr::new));
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert_eq!(
+        stderr(&o),
+        format!(
+            "tracer: --output {template}: {}: No such file or directory; expected an \
+             existing directory\n",
+            missing.display()
+        )
+    );
+    assert!(!marker.exists());
+    // The same for TRACER_OUTPUT; a directory made of the template's
+    // fields cannot be checked beforehand and is left to the library.
+    let o = Command::new(TRACER)
+        .args(["run", "--", "sh", "-c", &script])
+        .env("TRACER_LIB", &fake_lib)
+        .env("TRACER_OUTPUT", &template)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).starts_with("tracer: TRACER_OUTPUT="),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!marker.exists());
+    let per_pid = format!("{}/%p/trace", missing.display());
+    let o = run(&["--output", &per_pid, "--", "sh", "-c", &script].map(OsStr::new));
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(marker.exists());
+
     // Without `--`, the program's own options after its name are its own;
     // after `--`, a name that starts with a hyphen is still a program's.
     let o = run(&["sh", "-c", "echo \"$1\"", "sh", "--format"].map(OsStr::new));
