@@ -460,6 +460,42 @@ fn two_threads_record_through_their_lanes_in_order() {
     }
 }
 
+/// many_threads.c: 300 threads allocating at once, from arenas they share,
+/// so that addresses pass between threads all the time. The program runs as
+/// untraced, every count is its own, no event is out of order (a free read
+/// before its allocation, an allocation at a live address), and the writer
+/// never had to let a message through without its counterpart: each lane's
+/// messages went in their turn. Traced, such a run used to take minutes or
+/// hang (the helper kills it after 3 minutes): an allocation taken ahead of
+/// its turn left every lane waiting for another, and the writer, spinning
+/// over the lanes, got a sliver of the cores from 300 polling threads.
+/// Repeated: which addresses change threads is a race.
+#[test]
+fn hundreds_of_threads_allocating_at_once_are_recorded_in_order() {
+    let bin = example_with("many_threads", &["-g", "-O0", "-pthread"]);
+    let n = 300u64;
+    let cmd = Cmd::new(&bin).arg(n.to_string());
+    let plain = cmd.run_plain();
+    assert_eq!(
+        String::from_utf8_lossy(&plain.stdout),
+        "many_threads: 300 threads, 10 rounds each\n"
+    );
+    let round: u64 = (0..64u64).map(|i| 16 + i).sum();
+    assert_eq!(round, 3_040, "many_threads.c's stated round");
+    let own = Figures::new(640 * n + 1, 640 * n + 1, 10 * round * n + 8 * n, 0, 0);
+    let dtv = dtv_bytes_for(&bin, Some(&tracer_lib()));
+    for _ in 0..3 {
+        let run = run_traced(&cmd, &[("TRACER_STACK_STATS", "1")]);
+        assert_same_behaviour(&plain, &run, "many_threads");
+        let trace = single_trace(&run);
+        assert_trace_figures(&trace, own.plus_live(n, dtv), "many_threads");
+        assert_eq!((trace.unknown_frees, trace.double_allocs), (0, 0));
+        // "channel: M messages; held back H, let through L".
+        let channel = stats_numbers(&run, "libtracer: channel: ");
+        assert_eq!(channel[2], 0, "messages let through: {}", run.stderr());
+    }
+}
+
 /// thread_rounds.c: three rounds of four threads, each freeing the blocks
 /// of a thread that exited. An exited thread's lane is given back once the
 /// writer emptied it, and the next round's threads take those: at most

@@ -10,7 +10,8 @@
 //! and finishing the files. The thread is marked as the tracer's own for good,
 //! so its allocations and file I/O never reach the hooks.
 
-use std::collections::HashSet;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -177,7 +178,8 @@ pub struct Setup {
 /// others, instead of one or two before the earliest changes lane. The
 /// stream's times stay non-decreasing (`State::time` clamps), so an event
 /// that went ahead of an earlier one of another thread gets that one's
-/// later time: at most this much later than measured.
+/// later time: at most this much later than measured. Frees and markers
+/// only: an allocation never runs ahead (see `drain_ordered`).
 const SLACK_NS: u64 = 20_000;
 /// Reallocs of one thread under way at once past which the oldest is
 /// taken for stale (see `Msg::ReallocFree` in `State::handle`).
@@ -255,8 +257,94 @@ struct State {
     held: Option<Msg>,
     /// The views of the lanes being drained, kept for their memory.
     views: Vec<lane::View>,
-    /// Per view: its next message is an allocation held back.
-    blocked: Vec<bool>,
+    /// The sources `drain_ordered` may take from next, by the time of
+    /// their next message (the channel's index is `usize::MAX`), kept for
+    /// their memory.
+    ready: BinaryHeap<Reverse<(u64, usize)>>,
+    /// The sources whose next message waits, kept likewise.
+    waiting: Waiting,
+}
+
+/// The sources of `State::drain_ordered` whose next message waits for
+/// another thread's at the same address: `(time, source, address)`, and
+/// how many wait at each address.
+#[derive(Default)]
+struct Waiting {
+    list: Vec<(u64, usize, u64)>,
+    addresses: HashMap<u64, u32, scan::BuildMix>,
+    first: u64,
+}
+
+impl Waiting {
+    fn is_empty(&self) -> bool {
+        self.list.is_empty()
+    }
+
+    fn clear(&mut self) {
+        self.list.clear();
+        self.addresses.clear();
+        self.first = u64::MAX;
+    }
+
+    /// The earliest time of a waiting message (`u64::MAX`: none).
+    fn first_time(&self) -> u64 {
+        if self.list.is_empty() {
+            u64::MAX
+        } else {
+            self.first
+        }
+    }
+
+    /// Source `src`'s next message, `h`, waits.
+    fn add(&mut self, h: lane::Head, src: usize) {
+        let addr = match h.dep {
+            lane::Dep::Alloc(a) | lane::Dep::Free(a) => a,
+            lane::Dep::None => 0,
+        };
+        if self.list.is_empty() {
+            self.first = u64::MAX;
+        }
+        self.first = self.first.min(h.time);
+        self.list.push((h.time, src, addr));
+        *self.addresses.entry(addr).or_insert(0) += 1;
+    }
+
+    /// A message with head `h` was handled: the sources waiting at its
+    /// address may go again. Every wait ends, as after a fresh look, when
+    /// `all` (the message may have settled a realloc in progress, which
+    /// frees the old block's address) or for a message with no address and
+    /// no time (a failed realloc, which puts the old block back, or a stack).
+    #[inline]
+    fn wake(&mut self, h: lane::Head, all: bool, ready: &mut BinaryHeap<Reverse<(u64, usize)>>) {
+        if self.list.is_empty() {
+            return;
+        }
+        let addr = match h.dep {
+            _ if all => None,
+            lane::Dep::Alloc(a) | lane::Dep::Free(a) => Some(a),
+            lane::Dep::None if h.time == 0 => None,
+            lane::Dep::None => return,
+        };
+        if let Some(a) = addr {
+            if self.addresses.remove(&a).is_none() {
+                return;
+            }
+        }
+        let mut first = u64::MAX;
+        self.list.retain(|&(t, src, at)| {
+            if addr.is_none_or(|a| a == at) {
+                ready.push(Reverse((t, src)));
+                false
+            } else {
+                first = first.min(t);
+                true
+            }
+        });
+        if addr.is_none() {
+            self.addresses.clear();
+        }
+        self.first = first;
+    }
 }
 
 /// Runs the writer until asked to stop; returns the receiver for reuse.
@@ -420,7 +508,8 @@ pub fn wake_if_sleeping() {
 
 /// How a producer waits for the writer to make room (a full channel,
 /// syscall ring or lane): the writer is woken once, then the producer spins
-/// briefly, yields, and sleeps in 50 us steps. A producer in a copy of the
+/// briefly, yields, and sleeps in 50 us steps; a lane's owner sleeps instead
+/// until the writer has freed a quarter of its lane ([`RoomWait::block`]). A producer in a copy of the
 /// process that has no writer stops tracing instead of waiting
 /// (`lifecycle::stop_if_left_behind`), at its first pause or, where the
 /// kernel cannot tell it is a copy, after a second.
@@ -433,7 +522,32 @@ pub struct RoomWait {
 /// (from the 256th on, each sleeps 50 us).
 const LONG_WAIT: u32 = 256 + 20_000;
 
+/// The longest sleep of [`RoomWait::block`], and how many 50 us pauses it
+/// counts for: a wake-up lost to a bug would cost this much, and a
+/// thousand threads sleeping this long each wake 20,000 times a second.
+const BLOCK_MS: u32 = 50;
+const BLOCK_PAUSES: u32 = BLOCK_MS * 20;
+
 impl RoomWait {
+    /// Past the spins and a few yields: a waiter that can be woken sleeps
+    /// from here on ([`RoomWait::block`]). With hundreds of threads waiting,
+    /// each yield only runs another waiter (192 of them each time cost
+    /// 2,000 threads ~40% of their samples).
+    pub fn spun_out(&self) -> bool {
+        self.spins >= 64 + 16
+    }
+
+    /// Sleeps while `word` holds `expected`, until woken or [`BLOCK_MS`]
+    /// passed, and counts as that many pauses.
+    pub fn block(&mut self, word: &AtomicU32, expected: u32) {
+        let before = self.spins;
+        self.spins = self.spins.wrapping_add(BLOCK_PAUSES);
+        if before / LONG_WAIT != self.spins / LONG_WAIT {
+            crate::lifecycle::stop_if_left_behind(true);
+        }
+        sys::futex_wait(word, expected, Duration::from_millis(u64::from(BLOCK_MS)));
+    }
+
     pub fn pause(&mut self) {
         if self.spins == 0 {
             crate::lifecycle::stop_if_left_behind(false);
@@ -483,7 +597,8 @@ impl State {
             forced: 0,
             held: None,
             views: Vec::new(),
-            blocked: Vec::new(),
+            ready: BinaryHeap::new(),
+            waiting: Waiting::default(),
         }
     }
 
@@ -581,45 +696,43 @@ impl State {
     ) -> usize {
         /// The channel's index among the sources.
         const CHANNEL: usize = usize::MAX;
-        let mut blocked = std::mem::take(&mut self.blocked);
-        blocked.clear();
-        blocked.resize(views.len(), false);
-        let mut channel_blocked = false;
-        let mut n = 0;
-        // Messages handled since the lanes were last looked at.
-        let mut since_look = 0usize;
+        // The sources whose next message does not wait, earliest first, and
+        // those whose next message waits for the counterpart at an address
+        // (`waits`). Each source with a next message is in one of the two
+        // with that message's time, except while it is taken from: its next
+        // message changes only then. A wait ends when a message at its
+        // address is handled (the only thing that changes `waits` for it),
+        // or after a fresh look; before, a waiting source is not looked at
+        // again (it was, after every message handled: with 600 threads
+        // allocating at once, ~13 waiting lanes were tried again for each).
+        let mut ready = std::mem::take(&mut self.ready);
+        let mut waiting = std::mem::take(&mut self.waiting);
+        let fill = |ready: &mut BinaryHeap<Reverse<(u64, usize)>>,
+                    views: &[lane::View],
+                    held: &Option<Msg>| {
+            ready.clear();
+            ready.extend(
+                (views.iter().enumerate())
+                    .filter_map(|(i, v)| v.peek().map(|h| Reverse((h.time, i)))),
+            );
+            if let Some(m) = held {
+                ready.push(Reverse((m.time(), CHANNEL)));
+            }
+        };
         if self.held.is_none() {
             self.held = rx.try_recv().ok();
         }
+        fill(&mut ready, views, &self.held);
+        waiting.clear();
+        let mut n = 0;
+        // Messages handled since the lanes were last looked at.
+        let mut since_look = 0usize;
         while n < budget {
-            // The earliest next message of a source that does not wait, and
-            // the earliest of the others (up to which that source may go on,
-            // and `SLACK` beyond).
-            // A waiting source's next message bounds the others too.
-            let mut best: Option<(usize, u64)> = None;
-            let mut second = u64::MAX;
-            let heads = views
-                .iter()
-                .enumerate()
-                .filter_map(|(i, v)| v.peek().map(|h| (i, blocked[i], h.time)));
-            let channel = self
-                .held
-                .as_ref()
-                .map(|m| (CHANNEL, channel_blocked, m.time()));
-            for (i, waiting, t) in heads.chain(channel) {
-                match best {
-                    Some((_, bt)) if waiting || bt <= t => second = second.min(t),
-                    _ if waiting => second = second.min(t),
-                    _ => {
-                        if let Some((_, bt)) = best {
-                            second = second.min(bt);
-                        }
-                        best = Some((i, t));
-                    }
-                }
-            }
-            let Some((src, _)) = best else {
-                if !channel_blocked && !blocked.iter().any(|&b| b) {
+            // The earliest next message of a source that does not wait; the
+            // earliest of the others, waiting or not, bounds how far that
+            // source may go on (and `SLACK` beyond).
+            let Some(Reverse((_, src))) = ready.pop() else {
+                if waiting.is_empty() {
                     break;
                 }
                 // Every source left waits: look again.
@@ -631,9 +744,6 @@ impl State {
                 if self.held.is_none() {
                     self.held = rx.try_recv().ok();
                 }
-                blocked.clear();
-                blocked.resize(views.len(), false);
-                channel_blocked = false;
                 let after: u64 = views.iter().map(|v| v.len()).sum();
                 // A waiting message whose counterpart no lane holds now
                 // waits for an event the hooks never saw: it goes at once,
@@ -644,52 +754,79 @@ impl State {
                     n += self.force_earliest(views);
                 }
                 since_look = 0;
+                fill(&mut ready, views, &self.held);
+                waiting.clear();
                 continue;
             };
+            let second = ready
+                .peek()
+                .map_or(u64::MAX, |r| r.0 .0)
+                .min(waiting.first_time());
             if src == CHANNEL {
                 let m = self.held.take().expect("a held message was considered");
-                if self.waits(lane::Head::of(&m)) {
+                let h = lane::Head::of(&m);
+                if self.waits(h) {
+                    waiting.add(h, CHANNEL);
                     self.held = Some(m);
-                    channel_blocked = true;
                     self.held_back += 1;
                     continue;
                 }
                 self.channel_messages += 1;
+                let settling = !self.pending.is_empty();
                 self.handle(m);
                 n += 1;
                 since_look += 1;
+                waiting.wake(h, settling, &mut ready);
                 self.held = rx.try_recv().ok();
+                if let Some(m) = &self.held {
+                    ready.push(Reverse((m.time(), CHANNEL)));
+                }
             } else {
                 // The first message is the earliest of those that do not
                 // wait; the next ones go while within the slack.
                 let v = &mut views[src];
                 let until = second.saturating_add(SLACK_NS);
                 let first = n;
+                let mut waits = false;
                 while n < budget {
                     let Some(h) = v.peek() else { break };
                     if n > first && h.time > until {
                         break;
                     }
+                    // An allocation never goes ahead of another source's
+                    // next message: that source may still hold an earlier
+                    // allocation and free of the same address (freed, then
+                    // handed to this thread by the allocator). Taken after
+                    // them, this allocation made theirs wait for a free
+                    // that comes after it, and with hundreds of threads
+                    // sharing arenas every lane ended up waiting
+                    // (`examples/many_threads.c`).
+                    if n > first && h.time > second && matches!(h.dep, lane::Dep::Alloc(_)) {
+                        break;
+                    }
                     if self.waits(h) {
-                        blocked[src] = true;
+                        waiting.add(h, src);
                         self.held_back += 1;
+                        waits = true;
                         break;
                     }
                     let m = v.take().expect("a message was peeked");
                     self.lane_messages += 1;
+                    let settling = !self.pending.is_empty();
                     self.handle(m);
                     n += 1;
                     since_look += 1;
+                    waiting.wake(h, settling, &mut ready);
                 }
-                if n == first {
-                    continue;
+                if !waits {
+                    if let Some(h) = v.peek() {
+                        ready.push(Reverse((h.time, src)));
+                    }
                 }
             }
-            // What was handled may end the others' waits.
-            blocked.fill(false);
-            channel_blocked = false;
         }
-        self.blocked = blocked;
+        self.ready = ready;
+        self.waiting = waiting;
         n
     }
 
@@ -710,28 +847,60 @@ impl State {
     }
 
     /// Handles every lane's next message that waits for a counterpart (the
-    /// free of its address, or its allocation) that no lane and not the
-    /// channel's held message holds: right after a fresh look, whatever it
-    /// depends on was published (`lane`'s module doc), so it never will be.
-    /// Returns how many.
+    /// free of its address, or its allocation) that no other lane and not
+    /// the channel's held message holds: right after a fresh look, whatever
+    /// it depends on was published (`lane`'s module doc), so it never will
+    /// be. Returns how many. One walk over the messages the views hold
+    /// (each lane used to be walked again for every waiting one: with 600
+    /// lanes of 1,024 slots, that was 86% of the writer's time).
     #[cold]
     fn force_orphans(&mut self, views: &mut [lane::View]) -> usize {
-        let mut forced = 0;
-        for i in 0..views.len() {
-            let Some(h) = views[i].peek() else { continue };
+        fn key(d: lane::Dep) -> Option<u64> {
+            match d {
+                lane::Dep::Alloc(a) => Some(a << 2 | 1),
+                lane::Dep::Free(a) => Some(a << 2 | 2),
+                lane::Dep::None => None,
+            }
+        }
+        const NOBODY: usize = usize::MAX;
+        // The counterparts the waiting next messages want, each with the
+        // first lane found holding it and whether another lane does too.
+        let mut wanted: HashMap<u64, (usize, bool), scan::BuildMix> = HashMap::default();
+        let mut waiting = Vec::new();
+        for (i, v) in views.iter().enumerate() {
+            let Some(h) = v.peek() else { continue };
             if !self.waits(h) {
                 continue;
             }
-            let want = h.dep.counterpart();
-            let somewhere = views
-                .iter()
-                .enumerate()
-                .any(|(j, v)| j != i && v.holds(want))
-                || self
-                    .held
-                    .as_ref()
-                    .is_some_and(|m| lane::Head::of(m).dep == want);
-            if somewhere {
+            if let Some(k) = key(h.dep.counterpart()) {
+                wanted.insert(k, (NOBODY, false));
+                waiting.push((i, k));
+            }
+        }
+        if waiting.is_empty() {
+            return 0;
+        }
+        for (j, v) in views.iter().enumerate() {
+            v.each_head(|h| {
+                if let Some(e) = key(h.dep).and_then(|k| wanted.get_mut(&k)) {
+                    if e.0 == NOBODY {
+                        e.0 = j;
+                    } else if e.0 != j {
+                        e.1 = true;
+                    }
+                }
+            });
+        }
+        let held = self.held.as_ref().and_then(|m| key(lane::Head::of(m).dep));
+        let mut forced = 0;
+        for (i, k) in waiting {
+            let (first, more) = wanted[&k];
+            if (first != NOBODY && first != i) || more || held == Some(k) {
+                continue;
+            }
+            // What was forced before may have ended this wait.
+            let Some(h) = views[i].peek() else { continue };
+            if !self.waits(h) {
                 continue;
             }
             if let Some(m) = views[i].take() {
@@ -1528,14 +1697,14 @@ mod tests {
         lane::test_push(a, alloc_at(1, 0x400, 50 + SLACK_NS));
         lane::test_push(a, free_msg(1, 0x200, 60 + 2 * SLACK_NS));
         assert_eq!(st.drain_in_order(&rx, usize::MAX), 7);
-        // 0x200 (at 20) is within the slack of thread 2's waiting free (at
-        // 5); 0x400 is not.
+        // 0x200 (at 20), an allocation, does not go ahead of thread 2's
+        // waiting free (at 5); 0x400 is not within the slack either.
         assert_eq!(
             events(&seen),
             vec![
                 ('A', 1, 0x100),
-                ('A', 1, 0x200),
                 ('F', 2, 0x100),
+                ('A', 1, 0x200),
                 ('A', 2, 0x300),
                 ('A', 1, 0x400),
                 ('F', 1, 0x200),
@@ -1556,6 +1725,77 @@ mod tests {
         assert!(got.contains(&('F', 1, 0x400)));
         assert_eq!(st.forced, 2, "the two unknown frees went through");
         assert!(st.live.is_live(0x300) && !st.live.is_live(0x400));
+    }
+
+    /// A lane running ahead within the slack stops at an allocation: the
+    /// other lane may still hold an earlier allocation and free of the same
+    /// address. Taken ahead, thread 2's allocation of 0x700 (at 12) made
+    /// thread 1's (at 10) wait for a free that comes after it in its own
+    /// lane: no other lane held one, so it was let through, an address
+    /// allocated twice (with hundreds of threads, every lane ended up
+    /// waiting so: `examples/many_threads.c`).
+    #[test]
+    fn an_allocation_does_not_run_ahead_of_another_lanes_turn() {
+        let _turn = lane::TEST_TURN.lock().unwrap_or_else(|e| e.into_inner());
+        let (mut st, seen, rx) = lanes_state();
+        let a = lane::test_lane(1);
+        let b = lane::test_lane(2);
+        lane::test_push(a, alloc_at(1, 0x700, 10));
+        lane::test_push(a, free_msg(1, 0x700, 11));
+        lane::test_push(b, alloc_at(2, 0x600, 9));
+        lane::test_push(b, alloc_at(2, 0x700, 12));
+        assert_eq!(st.drain_in_order(&rx, usize::MAX), 4);
+        assert_eq!(
+            events(&seen),
+            vec![
+                ('A', 2, 0x600),
+                ('A', 1, 0x700),
+                ('F', 1, 0x700),
+                ('A', 2, 0x700),
+            ]
+        );
+        assert_eq!((st.held_back, st.forced), (0, 0));
+        assert!(st.live.is_live(0x700) && st.live.is_live(0x600));
+    }
+
+    /// Hundreds of lanes waiting on one another: a waiting lane is taken
+    /// again as soon as a message at its address was handled. Lane i
+    /// allocates 0x10000 + 16 i (at time 2 i + 1), which is live until lane
+    /// i + 1 frees it (its second message); the last lane's address is free.
+    /// So every lane but the last waits at first, the lanes go from the
+    /// last down, each free ending exactly one wait, and nothing is let
+    /// through without its counterpart.
+    #[test]
+    fn a_chain_of_waits_across_many_lanes_ends_in_time_order() {
+        let _turn = lane::TEST_TURN.lock().unwrap_or_else(|e| e.into_inner());
+        let (mut st, seen, rx) = lanes_state();
+        const N: u64 = 300;
+        for i in 0..N - 1 {
+            st.handle(alloc_at(9_999, 0x10000 + 16 * i, 0));
+        }
+        seen.lock().unwrap().clear();
+        let lanes: Vec<_> = (0..N).map(|i| lane::test_lane(100 + i as u32)).collect();
+        for i in 0..N {
+            let l = lanes[i as usize];
+            // Lane i: its allocation, then the free that lets lane i - 1 go.
+            lane::test_push(l, alloc_at(100 + i as u32, 0x10000 + 16 * i, 2 * i + 1));
+            if i > 0 {
+                lane::test_push(
+                    l,
+                    free_msg(100 + i as u32, 0x10000 + 16 * (i - 1), 2 * i + 2),
+                );
+            }
+        }
+        let mut expected = Vec::new();
+        for i in (0..N).rev() {
+            expected.push(('A', 100 + i as u32, 0x10000 + 16 * i));
+            if i > 0 {
+                expected.push(('F', 100 + i as u32, 0x10000 + 16 * (i - 1)));
+            }
+        }
+        assert_eq!(st.drain_in_order(&rx, usize::MAX) as u64, 2 * N - 1);
+        assert_eq!(events(&seen), expected);
+        assert_eq!(st.forced, 0);
     }
 
     /// After a fresh look, a waiting message goes through when no other
