@@ -1912,7 +1912,7 @@ pub fn parse_maps(text: &str) -> Vec<Mapping> {
 /// What the root planner knows besides the mappings.
 pub struct RootPlan<'a> {
     /// Never scanned: libtracer's writable segments, the writer's stack, the
-    /// classifier's buffers.
+    /// classifier's buffers; sorted by start and disjoint.
     pub excluded: &'a [(u64, u64)],
     /// Stack pointers of live threads (the exiting one's included).
     pub stack_pointers: &'a [u64],
@@ -1936,26 +1936,38 @@ fn heap_reserve(heap: &Mapping, reserve: &Mapping, mem: &mut dyn Memory) -> bool
 const ARENA_ALIGN: u64 = 64 << 20;
 const PAGE: u64 = 4096;
 
-/// Subtracts sorted-or-not `cut` ranges from [start, end).
+/// Subtracts the `cut` ranges, sorted by start and disjoint
+/// ([`sorted_disjoint`]), from [start, end). Only the cuts that overlap are
+/// visited: with a thousand threads, each with its lane among the cuts and
+/// its stack among the mappings, a pass over every cut for every mapping
+/// (a vector made for each) took 30 ms of the exit.
 fn subtract(start: u64, end: u64, cut: &[(u64, u64)], out: &mut Vec<(u64, u64)>) {
-    let mut parts = vec![(start, end)];
-    for &(c0, c1) in cut {
-        let mut next = Vec::new();
-        for (a, b) in parts {
-            if c1 <= a || c0 >= b {
-                next.push((a, b));
-                continue;
-            }
-            if a < c0 {
-                next.push((a, c0));
-            }
-            if c1 < b {
-                next.push((c1, b));
-            }
+    let mut at = start;
+    let first = cut.partition_point(|&(_, c1)| c1 <= start);
+    for &(c0, c1) in cut[first..].iter().take_while(|&&(c0, _)| c0 < end) {
+        if at < c0 {
+            out.push((at, c0));
         }
-        parts = next;
+        at = at.max(c1);
     }
-    out.extend(parts.into_iter().filter(|(a, b)| a < b));
+    if at < end {
+        out.push((at, end));
+    }
+}
+
+/// `ranges` sorted by start, overlapping and adjacent ones merged, empty
+/// ones dropped (what [`subtract`] takes).
+fn sorted_disjoint(mut ranges: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
+    ranges.retain(|&(a, b)| a < b);
+    ranges.sort_unstable();
+    let mut out: Vec<(u64, u64)> = Vec::with_capacity(ranges.len());
+    for (a, b) in ranges {
+        match out.last_mut() {
+            Some(last) if a <= last.1 => last.1 = last.1.max(b),
+            _ => out.push((a, b)),
+        }
+    }
+    out
 }
 
 fn two_words(mem: &mut dyn Memory, at: u64) -> Option<[u64; 4]> {
@@ -2639,6 +2651,7 @@ pub fn run_with(
     let maps = parse_maps(&text);
     let (extent, writer_stack) = tcb_extent(&maps);
     excluded.extend(writer_stack);
+    let excluded = sorted_disjoint(excluded);
     mem.pages = PageTable::new(&maps);
     if fast {
         mem.fast = fast_mappings(&maps);
@@ -2768,6 +2781,38 @@ fn explain_roots(regions: &[(u64, u64)], maps: &[Mapping], c: &Classifier, mem: 
 
 #[cfg(test)]
 mod tests {
+    /// Ranges cut out of a mapping: only the overlapping cuts count, in
+    /// any overlap, and merged cuts act as their union.
+    #[test]
+    fn cuts_are_subtracted_from_a_range() {
+        let cuts = super::sorted_disjoint(vec![
+            (0x9000, 0xa000),
+            (0x1000, 0x2000),
+            (0x1800, 0x2800),
+            (0x2800, 0x3000),
+            (0x4000, 0x4000),
+            (0x6000, 0x7000),
+        ]);
+        assert_eq!(cuts, [(0x1000, 0x3000), (0x6000, 0x7000), (0x9000, 0xa000)]);
+        let cut = |a, b| {
+            let mut out = Vec::new();
+            super::subtract(a, b, &cuts, &mut out);
+            out
+        };
+        assert_eq!(cut(0x0, 0x1000), [(0x0, 0x1000)]);
+        assert_eq!(
+            cut(0x0, 0x8000),
+            [(0x0, 0x1000), (0x3000, 0x6000), (0x7000, 0x8000)]
+        );
+        assert_eq!(cut(0x1800, 0x6800), [(0x3000, 0x6000)]);
+        assert_eq!(cut(0x1000, 0x3000), []);
+        assert_eq!(cut(0x6800, 0xb000), [(0x7000, 0x9000), (0xa000, 0xb000)]);
+        assert_eq!(cut(0xb000, 0xc000), [(0xb000, 0xc000)]);
+        let mut out = Vec::new();
+        super::subtract(0x0, 0x2000, &[], &mut out);
+        assert_eq!(out, [(0x0, 0x2000)]);
+    }
+
     use super::*;
 
     /// The block lookup through the region table gives, for every word,
