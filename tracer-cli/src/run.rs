@@ -70,18 +70,16 @@ pub const LIBRARY: &str = "libtracer.so";
 pub fn find_library(tracer_lib: Option<OsString>) -> Result<PathBuf, Failure> {
     if let Some(lib) = tracer_lib.filter(|v| !v.is_empty()) {
         let path = PathBuf::from(lib);
-        return match std::fs::metadata(&path) {
-            Ok(m) if m.is_file() => Ok(absolute(&path)),
-            Ok(_) => Err(Failure::Message(format!(
-                "TRACER_LIB={}: not a file; expected the path of {LIBRARY}",
-                path.display()
-            ))),
-            Err(e) => Err(Failure::Message(format!(
-                "TRACER_LIB={}: {}; expected the path of {LIBRARY}",
-                path.display(),
-                crate::failure::io_text(&e)
-            ))),
-        };
+        let named = format!("TRACER_LIB={}", path.display());
+        let expected = format!("the path of {LIBRARY}");
+        return check_kind(
+            &path,
+            std::fs::Metadata::is_file,
+            "a file",
+            &named,
+            &expected,
+        )
+        .map(|()| absolute(&path));
     }
     let exe = std::env::current_exe().map_err(|e| {
         Failure::Message(format!(
@@ -449,18 +447,28 @@ fn check_output_directory(named: &str, template: &str) -> Result<(), Failure> {
     if dir.as_os_str().is_empty() || dir.to_string_lossy().contains('%') {
         return Ok(());
     }
-    match std::fs::metadata(dir) {
-        Ok(m) if m.is_dir() => Ok(()),
-        Ok(_) => Err(Failure::Message(format!(
-            "{named}{template}: {}: not a directory; expected an existing directory",
-            dir.display()
-        ))),
-        Err(e) => Err(Failure::Message(format!(
-            "{named}{template}: {}: {}; expected an existing directory",
-            dir.display(),
-            crate::failure::io_text(&e)
-        ))),
-    }
+    let named = format!("{named}{template}: {}", dir.display());
+    let is_dir = std::fs::Metadata::is_dir;
+    check_kind(dir, is_dir, "a directory", &named, "an existing directory")
+}
+
+/// Whether `path` exists and is `kind` (`is_kind`); else one line naming it
+/// (`named`), what is wrong, and what was `expected`.
+fn check_kind(
+    path: &Path,
+    is_kind: fn(&std::fs::Metadata) -> bool,
+    kind: &str,
+    named: &str,
+    expected: &str,
+) -> Result<(), Failure> {
+    let wrong = match std::fs::metadata(path) {
+        Ok(m) if is_kind(&m) => return Ok(()),
+        Ok(_) => format!("not {kind}"),
+        Err(e) => crate::failure::io_text(&e),
+    };
+    Err(Failure::Message(format!(
+        "{named}: {wrong}; expected {expected}"
+    )))
 }
 
 /// The line said when no process of the command loaded the library, with
