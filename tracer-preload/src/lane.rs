@@ -19,11 +19,18 @@
 //! writer has loaded the allocating lane's `head` (`Acquire`), a fresh load
 //! of the freeing lane's `head` includes the free. The writer
 //! (`writer::State::drain_ordered`) therefore takes the lanes' messages
-//! roughly in time order and holds back an allocation at an address its
-//! table still has live until the other lanes, loaded again, have given
-//! the free (and a free of a block not live until they have given its
-//! allocation); if no lane holds it after a fresh look (a free the hooks
-//! never saw), the message goes through as it would have before.
+//! roughly in time order (allocations strictly: one taken ahead of
+//! another lane's earlier allocation and free of its address would leave
+//! that lane waiting for a free behind its own allocation) and holds back
+//! an allocation at an address its table still has live until the other
+//! lanes, loaded again, have given the free (and a free of a block not
+//! live until they have given its allocation); if no lane holds it after a
+//! fresh look (a free the hooks never saw), the message goes through as it
+//! would have before.
+//!
+//! **Room.** A thread whose lane is full spins, yields a few times, then
+//! sleeps on the lane's `room` word until the writer has taken a quarter
+//! of the lane (`wait_for_room`, `View::give_back`).
 //!
 //! **Lifetime.** A lane is taken on a thread's first message (a free one,
 //! or a new one: 4,096 slots for the first eight lanes, 1,024 for the
