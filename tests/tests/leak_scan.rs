@@ -21,8 +21,8 @@ use format_writers::LeakKind;
 use tracer_tests::{
     assert_same_behaviour, assert_trace_figures, assert_validates, cli_report, dtv_bytes_for,
     dtv_bytes_under_valgrind, example, example_with, fresh_dir, read_scan, read_trace, repo_root,
-    run_traced, status_text, tracer, tracer_lib, valgrind_leaks, Cmd, Figures, LeakClasses,
-    ScanResult, Traced,
+    run_traced, single_trace, status_text, tracer, tracer_lib, valgrind_leaks, Cmd, Figures,
+    LeakClasses, ScanResult, Traced,
 };
 
 const NONE: LeakClasses = LeakClasses::new([(0, 0); 4]);
@@ -445,6 +445,42 @@ fn a_program_the_library_cannot_reach_fails_the_leak_check() {
     );
     assert_eq!(code, 1, "{stderr}");
     assert!(stderr.contains("no allocation trace"), "{stderr}");
+}
+
+/// exit_fastbins.c: the program's freed small blocks are still in glibc's
+/// fast bins when its own stream is flushed, the last thing `exit` does:
+/// the tracer's exit work, run from a stream of its own at that flush,
+/// must not make glibc consolidate them. It did: its stream's 8 KiB
+/// buffer, taken from the main arena, is a request large enough for glibc
+/// to consolidate every fast bin first (13 chunks left of the program's
+/// 993), which cost perl and cc1plus ~13% of a traced run. The tracer's
+/// own small frees at exit may add chunks; none of the program's go.
+#[test]
+fn the_exit_work_leaves_the_programs_fast_bins_alone() {
+    let bin = example("exit_fastbins");
+    let cmd = Cmd::new(&bin);
+    let plain = cmd.run_plain();
+    let chunks = |out: &[u8]| -> u64 {
+        let text = String::from_utf8_lossy(out);
+        text.strip_prefix("exit_fastbins: ")
+            .and_then(|t| t.split(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("unexpected output: {text}"))
+    };
+    let untraced = chunks(&plain.stdout);
+    assert!(
+        untraced >= 900,
+        "the program's frees fill the fast bins: {untraced}"
+    );
+    let run = run_traced(&cmd, &[]);
+    assert_eq!(run.output.status.code(), Some(0), "{}", run.stderr());
+    let traced = chunks(&run.output.stdout);
+    assert!(
+        traced >= untraced,
+        "fast-bin chunks at the end: {traced} traced, {untraced} untraced"
+    );
+    let trace = single_trace(&run);
+    assert_eq!(trace.figures.frees, 1000, "the program's frees");
 }
 
 /// `examples/leaks/late_atexit.c`: a library's constructor registers an
