@@ -80,11 +80,12 @@ type Slot = [u64; 4];
 /// are below 2^56 on x86-64, even with five-level page tables).
 const KIND_SHIFT: u32 = 56;
 const LOW_MASK: u64 = (1 << KIND_SHIFT) - 1;
-const ALLOC: u64 = 1;
-const REALLOC_ALLOC: u64 = 2;
-const FREE_MSG: u64 = 3;
-const REALLOC_FREE: u64 = 4;
-const REALLOC_FAILED: u64 = 5;
+// The kinds of the allocation events are the side buffer's too (`side`).
+pub(crate) const ALLOC: u64 = 1;
+pub(crate) const REALLOC_ALLOC: u64 = 2;
+pub(crate) const FREE_MSG: u64 = 3;
+pub(crate) const REALLOC_FREE: u64 = 4;
+pub(crate) const REALLOC_FAILED: u64 = 5;
 const STACK: u64 = 6;
 const MARKER: u64 = 7;
 

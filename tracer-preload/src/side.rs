@@ -43,12 +43,11 @@ use core::sync::atomic::{compiler_fence, AtomicU64, AtomicUsize, Ordering};
 
 use crate::{sys, tls};
 
-/// Event kinds, in the low byte of a slot's first word (0: not written).
-pub const ALLOC: u64 = 1;
-pub const REALLOC_ALLOC: u64 = 2;
-pub const FREE: u64 = 3;
-pub const REALLOC_FREE: u64 = 4;
-pub const REALLOC_FAILED: u64 = 5;
+/// Event kinds, in the low byte of a slot's first word (0: not written):
+/// the lanes' own kinds.
+pub(crate) use crate::lane::{
+    ALLOC, FREE_MSG as FREE, REALLOC_ALLOC, REALLOC_FAILED, REALLOC_FREE,
+};
 
 /// The kind of an allocation event (the new block of a `realloc` or not).
 #[inline(always)]
