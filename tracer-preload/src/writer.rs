@@ -1796,6 +1796,10 @@ mod tests {
         assert_eq!(st.drain_in_order(&rx, usize::MAX) as u64, 2 * N - 1);
         assert_eq!(events(&seen), expected);
         assert_eq!(st.forced, 0);
+        // Each lane waited once and was taken again when its address was
+        // freed: a waiting lane tried again after every message, or after
+        // every fresh look, would count ~N^2/2 waits here.
+        assert_eq!(st.held_back, N - 1);
     }
 
     /// After a fresh look, a waiting message goes through when no other
