@@ -784,3 +784,104 @@ fn the_trace_files_do_not_grow_the_descriptor_table_to_the_limit() {
     assert_eq!(run.files.len(), 1, "{:?}", run.files);
     read_trace(&run.files[0]).unwrap_or_else(|e| panic!("{e}"));
 }
+
+/// Two plugins loaded and unloaded in turn, 200 times each, the loader
+/// mapping each where the other just was (`examples/plugin_loop.c`): every
+/// allocation made inside them is recorded with its size, its stack names
+/// the plugin's own functions from the innermost frame to `main` (the
+/// plugin there when it was recorded, not the first one loaded at those
+/// addresses: all of plug_b's frames were named after plug_a's). An unload drops the
+/// cached unwind rules of the code that went and keeps the others': the
+/// rules computed grow by a few per load (the plugins' own frames: 2 and
+/// 3), where dropping them all made every frame's rule be computed again
+/// after each unload (about 55 per round).
+#[test]
+fn plugins_loaded_and_unloaded_in_a_loop_keep_exact_figures_and_names() {
+    let pic = ["-g", "-shared", "-fPIC"];
+    let a = example_with(
+        "plugins/plug_a",
+        &[&["-O0", "-fno-omit-frame-pointer"][..], &pic].concat(),
+    );
+    let b = example_with(
+        "plugins/plug_b",
+        &[&["-O2", "-fomit-frame-pointer"][..], &pic].concat(),
+    );
+    let bin = example("plugin_loop");
+    const ROUNDS: u64 = 200;
+    let cmd = Cmd::new(&bin).arg(&a).arg(&b).arg(ROUNDS.to_string());
+    let plain = cmd.run_plain();
+    let run = run_traced(&cmd, &[("TRACER_STACK_STATS", "1")]);
+    assert_same_behaviour(&plain, &run, "plugin_loop");
+    let trace = single_trace(&run);
+    // Sizes per plugin, from the stacks' names alone.
+    let mut sizes: [Vec<u64>; 2] = [Vec::new(), Vec::new()];
+    for &(size, stack) in &trace.allocs {
+        let frames = trace.symbolized(stack);
+        let named = |k: usize| frames.get(k).and_then(|f| f.1.as_ref());
+        let Some(at) =
+            (0..frames.len()).find(|&k| named(k).is_some_and(|s| s.function == "plug_make"))
+        else {
+            continue;
+        };
+        let file = &named(at).expect("named").file;
+        let which = if file.ends_with("plug_a.c") {
+            0
+        } else {
+            assert!(file.ends_with("plug_b.c"), "plug_make from {file}");
+            1
+        };
+        let expected: &[&str] = [&["a_inner"][..], &["b_leaf", "b_middle"][..]][which];
+        let inner: Vec<&str> = (0..at)
+            .filter_map(|k| named(k).map(|s| s.function.as_str()))
+            .filter(|f| !f.contains("malloc"))
+            .collect();
+        assert_eq!(inner, expected, "frames inside the plugin: {frames:x?}");
+        assert_eq!(
+            named(at + 1).map(|s| s.function.as_str()),
+            Some("main"),
+            "the stack goes on to main: {frames:x?}"
+        );
+        sizes[which].push(size);
+    }
+    for (which, base) in [(0usize, 1000u64), (1, 2000)] {
+        let mut got = sizes[which].clone();
+        got.sort_unstable();
+        let want: Vec<u64> = (0..ROUNDS).map(|i| base + i).collect();
+        assert_eq!(got, want, "plugin {which}'s allocations");
+    }
+    // `tracer report` names them the same way: by the trace, not by the
+    // plugin files (both listed at the same addresses).
+    let report = cli_report(&trace.path);
+    let mut by_plugin = [0u64; 2];
+    for site in report["top_sites"]["by_bytes"].as_array().expect("sites") {
+        let names: Vec<&str> = site["stack"]
+            .as_array()
+            .expect("stack")
+            .iter()
+            .filter_map(|f| f["function"].as_str())
+            .collect();
+        let calls = site["allocations"].as_u64().expect("allocations");
+        if names.contains(&"a_inner") {
+            assert!(!names.iter().any(|n| n.starts_with("b_")), "{names:?}");
+            by_plugin[0] += calls;
+        } else if names.contains(&"b_leaf") {
+            assert!(
+                names.contains(&"b_middle") && !names.contains(&"a_inner"),
+                "{names:?}"
+            );
+            by_plugin[1] += calls;
+        }
+    }
+    assert_eq!(by_plugin, [ROUNDS, ROUNDS], "report's sites: {report}");
+    let computed: u64 = run
+        .stderr()
+        .lines()
+        .find_map(|l| l.strip_prefix("libtracer: unwind rules: "))
+        .and_then(|l| l.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no rules line: {}", run.stderr()));
+    assert!(
+        computed < 10 * ROUNDS,
+        "{computed} rules computed for {ROUNDS} rounds: the unloads dropped rules of code that stayed"
+    );
+}

@@ -601,6 +601,33 @@ pub fn invalidate() {
     }
 }
 
+/// Code in `ranges` was unloaded and nothing else changed (see
+/// `objects::Loaded::unloaded_since`): the global table's rules for return
+/// addresses inside them go, the others stay (a plugin loaded and unloaded
+/// in a loop no longer costs every frame's rule to be computed again), and
+/// the threads' memos are dropped as in [`invalidate`]. Nothing happens
+/// when `ranges` is empty.
+pub fn invalidate_ranges(ranges: &[(u64, u64)]) {
+    if ranges.is_empty() {
+        return;
+    }
+    GENERATION.fetch_add(1, Ordering::AcqRel);
+    if let Some(table) = table() {
+        forget_ranges(table, ranges);
+    }
+}
+
+/// Empties `table`'s entries whose return address lies in one of `ranges`.
+fn forget_ranges(table: &Table, ranges: &[(u64, u64)]) {
+    for e in table.entries.iter() {
+        let ra = e.key.load(Ordering::Acquire);
+        if ranges.iter().any(|&(lo, hi)| ra >= lo && ra < hi) {
+            e.key.store(0, Ordering::Release);
+            e.val.store(0, Ordering::Release);
+        }
+    }
+}
+
 /// Whether the 8-byte word at `a` lies inside `[lo, hi)` and is aligned.
 #[inline(always)]
 fn readable(a: u64, lo: u64, hi: u64) -> bool {
@@ -1416,6 +1443,41 @@ mod tests {
         assert_eq!(t.computed.load(Ordering::Relaxed), 3, "b stayed");
         lookup_in(&home, &t, a);
         assert_eq!(t.computed.load(Ordering::Relaxed), 4, "a went");
+    }
+
+    /// Forgetting the rules of unloaded code keeps every other rule: only
+    /// the addresses inside the ranges are computed again.
+    #[test]
+    fn only_the_rules_of_unloaded_ranges_are_forgotten() {
+        init();
+        let home = AtomicPtr::new(Box::into_raw(Box::new(Table::new(SLOTS))));
+        // SAFETY: the table is leaked, never freed.
+        let t = unsafe { &*home.load(Ordering::Acquire) };
+        let inside = [0x40_1000u64, 0x40_1ff8, 0x50_0000];
+        let outside = [0x40_0ff8u64, 0x40_2000, 0x4f_fff8, 0x50_1000, 0x90_0000];
+        for &ip in inside.iter().chain(&outside) {
+            lookup_in(&home, t, ip);
+        }
+        let n = t.computed.load(Ordering::Relaxed);
+        assert_eq!(n, 8);
+        forget_ranges(t, &[(0x40_1000, 0x40_2000), (0x50_0000, 0x50_1000)]);
+        for &ip in &outside {
+            lookup_in(&home, t, ip);
+        }
+        assert_eq!(t.computed.load(Ordering::Relaxed), n, "kept");
+        for &ip in &inside {
+            lookup_in(&home, t, ip);
+        }
+        assert_eq!(t.computed.load(Ordering::Relaxed), n + 3, "forgotten");
+        forget_ranges(t, &[]);
+        for &ip in inside.iter().chain(&outside) {
+            lookup_in(&home, t, ip);
+        }
+        assert_eq!(
+            t.computed.load(Ordering::Relaxed),
+            n + 3,
+            "nothing to forget"
+        );
     }
 
     /// A table's entries are a mapping of their own, not a block of the

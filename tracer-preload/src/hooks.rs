@@ -581,9 +581,15 @@ pub unsafe fn pthread_getattr_np(
 // ---------------------------------------------------------------- dlclose
 
 /// Before glibc's `dlclose` may unmap an object, the writer symbolizes the
-/// addresses seen inside it; afterwards the cached unwind rules are dropped.
+/// addresses seen inside it; afterwards the cached unwind rules of the code
+/// that went are dropped (all of them when that cannot be told).
 pub unsafe fn dlclose(handle: *mut c_void) -> c_int {
+    let mut before = None;
     if !handle.is_null() && !tls::inside() {
+        before = {
+            let _g = tls::enter();
+            Some(crate::objects::Loaded::read())
+        };
         let path = {
             let _g = tls::enter();
             let mut map: *mut libc::c_void = core::ptr::null_mut();
@@ -614,8 +620,17 @@ pub unsafe fn dlclose(handle: *mut c_void) -> c_int {
         return -1;
     };
     let rc = f(handle);
-    // The object's code may be gone: its addresses' cached unwind rules too.
-    crate::cfi::invalidate();
+    // The object's code may be gone, and other code loaded at its addresses
+    // later: the rules cached for them go. A handle still held elsewhere
+    // unloads nothing, and nothing is dropped.
+    let gone = before.and_then(|b| {
+        let _g = tls::enter();
+        crate::objects::Loaded::read().unloaded_since(&b)
+    });
+    match gone {
+        Some(ranges) => crate::cfi::invalidate_ranges(&ranges),
+        None => crate::cfi::invalidate(),
+    }
     rc
 }
 

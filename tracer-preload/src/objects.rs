@@ -68,6 +68,20 @@ impl Known {
             .collect()
     }
 
+    /// `gone` is being unloaded: its ranges no longer name it, so that
+    /// another object loaded there is found by the next scan (and reported;
+    /// the same object loaded again at the same place is not reported twice:
+    /// its record stands).
+    pub fn forget(&mut self, gone: &[Object]) {
+        for o in gone {
+            let range = (o.load_address, o.load_address + o.size);
+            if let Some(i) = self.ranges.iter().position(|&r| r == range) {
+                self.ranges.remove(i);
+                self.paths.remove(i);
+            }
+        }
+    }
+
     /// Scans the loaded objects; returns the ones not reported before.
     pub fn rescan(&mut self) -> Vec<Object> {
         self.last_scan = Some(Instant::now());
@@ -182,4 +196,159 @@ unsafe extern "C" fn callback(
         }
     }
     0
+}
+
+/// The loaded objects' address ranges and the loader's counts of objects
+/// ever added and removed, read on the calling thread: a `dlclose` hook
+/// reads them before and after glibc's `dlclose` to tell which code went
+/// (the object and any library only it had pulled in).
+pub struct Loaded {
+    adds: u64,
+    subs: u64,
+    ranges: Vec<(u64, u64)>,
+}
+
+/// glibc's `struct dl_phdr_info` up to the counts (the `libc` crate's
+/// definition stops before them); the callback's `size` says whether the
+/// loader passes them.
+#[repr(C)]
+struct PhdrInfoCounts {
+    addr: u64,
+    name: *const libc::c_char,
+    phdr: *const libc::Elf64_Phdr,
+    phnum: u16,
+    adds: u64,
+    subs: u64,
+}
+
+impl Loaded {
+    /// Reads them. Takes the loader's lock: only where the program itself
+    /// may call the loader (not on the writer thread, see [`loader_section`]).
+    pub fn read() -> Loaded {
+        let mut out = Loaded {
+            adds: 0,
+            subs: 0,
+            ranges: Vec::new(),
+        };
+        // SAFETY: the callback receives `out` back as its data pointer and
+        // runs synchronously inside dl_iterate_phdr while `out` is alive.
+        unsafe {
+            libc::dl_iterate_phdr(Some(loaded_callback), (&mut out as *mut Loaded).cast());
+        }
+        out
+    }
+
+    /// The address ranges `before` (read earlier) held and `self` no longer
+    /// does: empty when nothing was unloaded in between. `None` when that
+    /// cannot be told (the loader gave no counts, or loaded something in
+    /// between, possibly where the unloaded code was): then every cached
+    /// rule must go.
+    pub fn unloaded_since(&self, before: &Loaded) -> Option<Vec<(u64, u64)>> {
+        if self.subs == u64::MAX || before.subs == u64::MAX {
+            return None;
+        }
+        if self.subs == before.subs {
+            return Some(Vec::new());
+        }
+        if self.adds != before.adds {
+            return None;
+        }
+        let gone: Vec<(u64, u64)> = before
+            .ranges
+            .iter()
+            .filter(|r| !self.ranges.contains(r))
+            .copied()
+            .collect();
+        (!gone.is_empty()).then_some(gone)
+    }
+}
+
+unsafe extern "C" fn loaded_callback(
+    info: *mut libc::dl_phdr_info,
+    size: libc::size_t,
+    data: *mut libc::c_void,
+) -> libc::c_int {
+    // SAFETY: dl_iterate_phdr passes a valid info of `size` bytes for the
+    // duration of the call, whose phdr array has dlpi_phnum entries; the
+    // counts are read only when `size` covers them; `data` is the Loaded
+    // from `Loaded::read`.
+    unsafe {
+        let out = &mut *(data as *mut Loaded);
+        let info = &*info;
+        if size >= core::mem::size_of::<PhdrInfoCounts>() {
+            let counts = &*(info as *const libc::dl_phdr_info).cast::<PhdrInfoCounts>();
+            out.adds = counts.adds;
+            out.subs = counts.subs;
+        } else {
+            out.subs = u64::MAX;
+        }
+        let (mut lo, mut hi) = (u64::MAX, 0u64);
+        for i in 0..info.dlpi_phnum as usize {
+            let ph = &*info.dlpi_phdr.add(i);
+            if ph.p_type == libc::PT_LOAD {
+                lo = lo.min(ph.p_vaddr & !0xfff);
+                hi = hi.max(ph.p_vaddr + ph.p_memsz);
+            }
+        }
+        if lo < hi {
+            let base = info.dlpi_addr;
+            out.ranges
+                .push((base.wrapping_add(lo), base.wrapping_add(hi)));
+        }
+    }
+    0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn loaded(adds: u64, subs: u64, ranges: &[(u64, u64)]) -> Loaded {
+        Loaded {
+            adds,
+            subs,
+            ranges: ranges.to_vec(),
+        }
+    }
+
+    /// What went between two readings: nothing when the loader removed
+    /// nothing (a handle held twice), the ranges no longer there when it
+    /// did, and "cannot tell" when it also added something meanwhile or
+    /// gave no counts.
+    #[test]
+    fn what_was_unloaded_between_two_readings() {
+        let (a, b, c) = ((0x1000, 0x5000), (0x8000, 0x9000), (0x20000, 0x30000));
+        let before = loaded(5, 1, &[a, b, c]);
+        assert_eq!(
+            loaded(5, 1, &[a, b, c]).unloaded_since(&before),
+            Some(vec![])
+        );
+        assert_eq!(
+            loaded(6, 1, &[a, b, c, (1, 2)]).unloaded_since(&before),
+            Some(vec![])
+        );
+        assert_eq!(loaded(5, 3, &[a]).unloaded_since(&before), Some(vec![b, c]));
+        assert_eq!(
+            loaded(6, 3, &[a, (0x8000, 0x8800)]).unloaded_since(&before),
+            None
+        );
+        assert_eq!(loaded(5, 2, &[a, b, c]).unloaded_since(&before), None);
+        assert_eq!(loaded(5, u64::MAX, &[a]).unloaded_since(&before), None);
+        assert_eq!(
+            loaded(5, 1, &[a]).unloaded_since(&loaded(5, u64::MAX, &[a, b])),
+            None
+        );
+    }
+
+    /// Read in this process: the executable and libc are there, and two
+    /// readings in a row agree that nothing was unloaded.
+    #[test]
+    fn reading_the_loaded_objects() {
+        let first = Loaded::read();
+        assert_ne!(first.subs, u64::MAX, "glibc passes the counts");
+        assert!(first.ranges.len() >= 2, "{:x?}", first.ranges);
+        let here = reading_the_loaded_objects as *const () as u64;
+        assert!(first.ranges.iter().any(|&(lo, hi)| lo <= here && here < hi));
+        assert_eq!(Loaded::read().unloaded_since(&first), Some(vec![]));
+    }
 }

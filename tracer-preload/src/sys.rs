@@ -414,6 +414,19 @@ pub fn futex_wake(word: &core::sync::atomic::AtomicU32) {
     };
 }
 
+/// Wakes every thread waiting on `word`.
+pub fn futex_wake_all(word: &core::sync::atomic::AtomicU32) {
+    // SAFETY: futex wake on a live atomic word.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+            i32::MAX,
+        )
+    };
+}
+
 /// Writes all of `bytes` to a descriptor with raw `write`, retrying on EINTR
 /// and short writes; used for stderr messages and the manifest.
 pub fn write_all_fd(fd: c_int, mut bytes: &[u8]) -> bool {

@@ -157,6 +157,9 @@ pub struct Control {
     /// everything queued before the request is in the files once served.
     pub flush_requested: AtomicU64,
     pub flush_done: AtomicU64,
+    /// Bumped (and its waiters woken) each time a flush is served: the
+    /// futex word requesters sleep on.
+    pub flush_served: AtomicU32,
     /// Objects about to be unloaded (`dlclose`): before the flush is served,
     /// the addresses seen inside them are symbolized while still mapped.
     pub unloading: Mutex<Vec<String>>,
@@ -230,6 +233,11 @@ struct State {
     /// Every frame address of every stack (hashed once per frame of each
     /// new stack: SipHash was the writer's third-largest cost on python3).
     addresses: HashSet<u64, scan::BuildMix>,
+    /// Address ranges of objects unloaded so far (`dlclose`). A frame
+    /// inside one may be code loaded there since, whose name is not the
+    /// one given to the address at the unload: such frames are named when
+    /// their stack is first seen, in the stack itself (see `new_stack`).
+    unloaded: Vec<(u64, u64)>,
     objects: objects::Known,
     threads: HashSet<u32, scan::BuildMix>,
     /// Old blocks of reallocs in progress: (tid, addr, time, already emitted,
@@ -396,6 +404,9 @@ pub fn run(
     // When the writer last asked whether the program's threads are all gone.
     let mut last_alone_check = Instant::now();
     loop {
+        // Read before the look at the flush requests below: a request made
+        // after it ends the nap at once (see `interrupt_nap`).
+        let nap_word = NAP.load(Ordering::SeqCst);
         let mut got = st.drain_in_order(&rx, 4096) as u32;
         got += st.drain_syscalls() as u32;
         ctl.progress.fetch_add(1, Ordering::Relaxed);
@@ -414,6 +425,8 @@ pub fn run(
             st.flush();
             last_flush = Instant::now();
             ctl.flush_done.store(wanted, Ordering::SeqCst);
+            ctl.flush_served.fetch_add(1, Ordering::SeqCst);
+            sys::futex_wake_all(&ctl.flush_served);
         }
         dirty |= got > 0;
         // Every 100 ms under load; as soon as the program pauses otherwise
@@ -439,7 +452,7 @@ pub fn run(
                 // The program is likely still busy: a short nap that no
                 // producer needs to end (see NAP_US).
                 naps += 1;
-                sys::sleep_us(NAP_US);
+                sys::futex_wait(&NAP, nap_word, Duration::from_micros(NAP_US));
             } else {
                 sleep_until_woken(&rx, idle);
                 idle = (idle * 2).min(Duration::from_millis(10));
@@ -495,6 +508,18 @@ fn sleep_until_woken(rx: &Receiver<Msg>, max: Duration) {
         sys::futex_wait(&SLEEPING, 1, max);
     }
     SLEEPING.store(0, Ordering::SeqCst);
+}
+
+/// The word the writer's short naps wait on (see `NAP_US`): no producer
+/// touches it; a flush request bumps it so that a nap ends at once.
+static NAP: AtomicU32 = AtomicU32::new(0);
+
+/// Ends the writer's nap or sleep now: a thread waits for a flush
+/// (`dlclose`, `abort`).
+pub fn interrupt_nap() {
+    NAP.fetch_add(1, Ordering::SeqCst);
+    sys::futex_wake(&NAP);
+    wake();
 }
 
 /// Wakes the writer if it sleeps, without writing the shared word when it
@@ -583,6 +608,7 @@ impl State {
             symbolize,
             executable,
             addresses: HashSet::default(),
+            unloaded: Vec::new(),
             objects: objects::Known::default(),
             threads: HashSet::default(),
             pending: Vec::new(),
@@ -1021,10 +1047,13 @@ impl State {
             Interned::Known(id) => id,
             Interned::New(id) => {
                 let frames = &frames[..frames.len().min(self.depth)];
+                let mut named = self.name_reused(frames);
                 let mut unknown = false;
                 for &a in frames {
-                    self.addresses.insert(a);
-                    unknown |= !self.objects.contains(a);
+                    if !named.contains_key(&a) {
+                        self.addresses.insert(a);
+                        unknown |= !self.objects.contains(a);
+                    }
                 }
                 if unknown {
                     let fresh = self.objects.rescan_if_due();
@@ -1036,7 +1065,7 @@ impl State {
                         .iter()
                         .map(|&address| Frame {
                             address,
-                            symbol: None,
+                            symbol: named.remove(&address),
                         })
                         .collect(),
                 };
@@ -1044,6 +1073,35 @@ impl State {
                 id
             }
         }
+    }
+
+    /// Names now the frames of a new stack that lie where an object was
+    /// unloaded: a name by address (`AddressSymbol`) holds for every frame
+    /// with that address, and the one given there at the unload belongs to
+    /// the code that went (a plugin host loading plugins in turn at the same
+    /// place named every later plugin's frames after the first). The code
+    /// there now is loaded: the stack cannot be seen once it is unloaded,
+    /// since `dlclose` waits for the writer to drain first.
+    fn name_reused(&mut self, frames: &[u64]) -> HashMap<u64, Symbol> {
+        let mut out = HashMap::new();
+        let inside = |a: u64| self.unloaded.iter().any(|&(lo, hi)| a >= lo && a < hi);
+        let mut addrs: Vec<u64> = frames.iter().copied().filter(|&a| inside(a)).collect();
+        if addrs.is_empty() {
+            return out;
+        }
+        if addrs.iter().any(|&a| !self.objects.contains(a)) {
+            let fresh = self.objects.rescan();
+            self.emit_objects(fresh);
+        }
+        let objects = self.objects.objects();
+        let (mode, executable) = (self.symbolize, self.executable.clone());
+        address_symbols(mode, &executable, &objects, &mut addrs, None, &mut |r| {
+            if let Record::AddressSymbol { address, symbol } = r {
+                out.insert(address, symbol);
+            }
+            true
+        });
+        out
     }
 
     fn free(&mut self, time_ns: u64, tid: u32, addr: u64) {
@@ -1193,6 +1251,13 @@ impl State {
             self.addresses.remove(a);
         }
         self.symbolize(&closing, &mut inside, None);
+        for o in &closing {
+            let range = (o.load_address, o.load_address + o.size);
+            if !self.unloaded.contains(&range) {
+                self.unloaded.push(range);
+            }
+        }
+        self.objects.forget(&closing);
     }
 
     /// Emits an `AddressSymbol` for every address of `addrs` that `objects`

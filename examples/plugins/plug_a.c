@@ -1,0 +1,19 @@
+/* A plugin for examples/plugin_loop.c: one allocation of 1000 + i bytes,
+ * made two calls below the entry point. Built with frame pointers. */
+#include <stdlib.h>
+#include <string.h>
+
+__attribute__((noinline)) static void *a_inner(int i)
+{
+    char *p = malloc(1000 + (size_t)i);
+    if (p)
+        memset(p, 'a', 16);
+    return p;
+}
+
+__attribute__((noinline)) void *plug_make(int i)
+{
+    void *p = a_inner(i);
+    __asm__ volatile("" ::: "memory");
+    return p;
+}
