@@ -76,6 +76,36 @@ pub struct Resolver<'a> {
     /// (module, reason) → (frames, named by the trace).
     notes: BTreeMap<(String, String), (u64, u64)>,
     noted: FxHashSet<u64>,
+    /// Address ranges that different objects held in turn (a plugin
+    /// unloaded and another loaded in its place), sorted: the files cannot
+    /// tell which one a frame there was in, the trace's own names can.
+    contested: Vec<(u64, u64)>,
+}
+
+/// The address ranges where objects of different paths overlap (each
+/// maximal group of overlapping objects that holds two paths), sorted.
+fn contested_ranges(objects: &[&Object]) -> Vec<(u64, u64)> {
+    let mut out = Vec::new();
+    // (lo, hi, first path, whether another path overlaps it)
+    let mut group: Option<(u64, u64, &str, bool)> = None;
+    for o in objects.iter().filter(|o| o.size > 0) {
+        let (lo, hi) = (o.load_address, o.load_address.saturating_add(o.size));
+        group = match group {
+            Some((glo, ghi, path, mixed)) if lo < ghi => {
+                Some((glo, ghi.max(hi), path, mixed || o.path != path))
+            }
+            done => {
+                if let Some((glo, ghi, _, true)) = done {
+                    out.push((glo, ghi));
+                }
+                Some((lo, hi, o.path.as_str(), false))
+            }
+        };
+    }
+    if let Some((glo, ghi, _, true)) = group {
+        out.push((glo, ghi));
+    }
+    out
 }
 
 /// `No such file or directory (os error 2)` → `No such file or directory`.
@@ -122,6 +152,7 @@ impl<'a> Resolver<'a> {
         });
         let mut sorted: Vec<&Object> = objects.iter().filter(|o| o.load_address != 0).collect();
         sorted.sort_by_key(|o| o.load_address);
+        let contested = contested_ranges(&sorted);
         Resolver {
             dwarf,
             objects: sorted,
@@ -129,6 +160,7 @@ impl<'a> Resolver<'a> {
             executable: executable.to_string(),
             notes: BTreeMap::new(),
             noted: FxHashSet::default(),
+            contested,
         }
     }
 
@@ -165,6 +197,25 @@ impl<'a> Resolver<'a> {
     /// function the code belongs to. Always at least one line.
     pub fn frame(&mut self, frame: &Frame) -> Vec<Line> {
         let trace = self.trace_symbol(frame);
+        let i = self
+            .contested
+            .partition_point(|&(lo, _)| lo <= frame.address);
+        if i > 0 && frame.address < self.contested[i - 1].1 {
+            if let Some(t) = &trace {
+                // Where objects took turns, the name the trace gave the frame
+                // (by the code there when it was recorded), and no module:
+                // the objects' files would answer for whichever is listed last.
+                return vec![Line {
+                    address: frame.address,
+                    function: non_empty(&t.function),
+                    file: non_empty(&t.file),
+                    line: t.line,
+                    module: None,
+                    offset: 0,
+                    inlined: false,
+                }];
+            }
+        }
         let mut module = self.module_of(frame.address);
         if frame.address != 0 {
             if let Some(d) = self.dwarf.as_mut() {
@@ -344,6 +395,29 @@ mod tests {
             load_address: load,
             size,
         }
+    }
+
+    /// Objects of different paths that overlap make one contested range per
+    /// overlapping group; the same object listed twice (loaded again at the
+    /// same place) and objects side by side do not.
+    #[test]
+    fn ranges_held_by_different_objects_in_turn() {
+        let objects = [
+            obj("/a.so", 0x1000, 0x1000),
+            obj("/b.so", 0x1800, 0x1000),
+            obj("/a.so", 0x1000, 0x1000),
+            obj("/c.so", 0x3000, 0x1000),
+            obj("/c.so", 0x3000, 0x1000),
+            obj("/d.so", 0x4000, 0x1000),
+            obj("/e.so", 0x6000, 0x2000),
+            obj("/f.so", 0x7000, 0x100),
+        ];
+        let mut sorted: Vec<&Object> = objects.iter().collect();
+        sorted.sort_by_key(|o| o.load_address);
+        assert_eq!(
+            contested_ranges(&sorted),
+            vec![(0x1000, 0x2800), (0x6000, 0x8000)]
+        );
     }
 
     #[test]
