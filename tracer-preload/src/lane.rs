@@ -771,6 +771,28 @@ impl View {
     }
 }
 
+/// Where every lane's published messages ended when [`marks`] was called.
+pub struct Marks(Vec<(&'static Lane, u64)>);
+
+/// Marks the end of what every lane has published now (a flush request:
+/// what the program's threads publish after it is not waited for).
+pub fn marks() -> Marks {
+    Marks(
+        lanes()
+            .map(|l| (l, l.head.0.load(Ordering::Acquire)))
+            .collect(),
+    )
+}
+
+impl Marks {
+    /// Whether the writer has taken every message up to the marks.
+    pub fn taken(&self) -> bool {
+        self.0
+            .iter()
+            .all(|&(l, head)| l.tail.0.load(Ordering::Acquire) >= head)
+    }
+}
+
 /// A view of every lane that has published messages it has not taken;
 /// `views` is cleared first (kept by the caller to reuse its memory).
 /// Returns how many lanes there are, with messages or not.

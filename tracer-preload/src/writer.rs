@@ -412,7 +412,20 @@ pub fn run(
         ctl.progress.fetch_add(1, Ordering::Relaxed);
         let wanted = ctl.flush_requested.load(Ordering::SeqCst);
         if wanted != ctl.flush_done.load(Ordering::Relaxed) {
-            st.drain_in_order(&rx, usize::MAX);
+            // What was published before the request, not what busy threads
+            // go on publishing meanwhile: a `dlclose` beside two threads
+            // allocating in loops waited ~50 ms for the writer to catch up
+            // with them. A pass that handles nothing twice ends it (an
+            // allocation left waiting for a free never seen).
+            let marks = lane::marks();
+            let mut idle = 0;
+            while !marks.taken() && idle < 2 {
+                if st.drain_in_order(&rx, 4096) == 0 {
+                    idle += 1;
+                } else {
+                    idle = 0;
+                }
+            }
             st.drain_syscalls();
             let unloading = ctl
                 .unloading
