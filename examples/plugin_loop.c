@@ -2,7 +2,8 @@
  * plugin paths, ROUNDS). Each load calls the plugin's plug_make(i), which
  * allocates 1000 + i bytes (plug_a) or 2000 + i bytes (plug_b); the program
  * frees each block, except every tenth round's, which it keeps to the end
- * and frees then. The plugins are closed before the blocks are freed, and
+ * and frees then (plug_a's destructor also allocates and frees 3000 + i
+ * bytes inside dlclose). The plugins are closed before the blocks are freed, and
  * the loader usually maps each one where the other just was. Prints the
  * figures a tracer must report. */
 #include <dlfcn.h>

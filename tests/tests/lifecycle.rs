@@ -843,6 +843,28 @@ fn plugins_loaded_and_unloaded_in_a_loop_keep_exact_figures_and_names() {
         );
         sizes[which].push(size);
     }
+    // plug_a's destructor, inside dlclose, just before plug_b is loaded
+    // where plug_a was: named from plug_a's file (they were named after
+    // plug_b's code).
+    let mut fini: Vec<u64> = Vec::new();
+    for &(size, stack) in &trace.allocs {
+        let frames = trace.symbolized(stack);
+        let names: Vec<&str> = (frames.iter())
+            .filter_map(|f| f.1.as_ref().map(|s| s.function.as_str()))
+            .filter(|f| !f.contains("malloc"))
+            .collect();
+        if let Some(k) = names.iter().position(|&n| n == "a_fini") {
+            assert_eq!(names[..k], ["a_inner"], "{frames:x?}");
+            fini.push(size);
+        } else {
+            assert!(
+                !(3000..3000 + ROUNDS).contains(&size),
+                "{size}: {frames:x?}"
+            );
+        }
+    }
+    fini.sort_unstable();
+    assert_eq!(fini, (0..ROUNDS).map(|i| 3000 + i).collect::<Vec<_>>());
     for (which, base) in [(0usize, 1000u64), (1, 2000)] {
         let mut got = sizes[which].clone();
         got.sort_unstable();
@@ -852,7 +874,7 @@ fn plugins_loaded_and_unloaded_in_a_loop_keep_exact_figures_and_names() {
     // `tracer report` names them the same way: by the trace, not by the
     // plugin files (both listed at the same addresses).
     let report = cli_report(&trace.path);
-    let mut by_plugin = [0u64; 2];
+    let mut by_plugin = [0u64; 3];
     for site in report["top_sites"]["by_bytes"].as_array().expect("sites") {
         let names: Vec<&str> = site["stack"]
             .as_array()
@@ -863,7 +885,7 @@ fn plugins_loaded_and_unloaded_in_a_loop_keep_exact_figures_and_names() {
         let calls = site["allocations"].as_u64().expect("allocations");
         if names.contains(&"a_inner") {
             assert!(!names.iter().any(|n| n.starts_with("b_")), "{names:?}");
-            by_plugin[0] += calls;
+            by_plugin[if names.contains(&"a_fini") { 2 } else { 0 }] += calls;
         } else if names.contains(&"b_leaf") {
             assert!(
                 names.contains(&"b_middle") && !names.contains(&"a_inner"),
@@ -872,7 +894,11 @@ fn plugins_loaded_and_unloaded_in_a_loop_keep_exact_figures_and_names() {
             by_plugin[1] += calls;
         }
     }
-    assert_eq!(by_plugin, [ROUNDS, ROUNDS], "report's sites: {report}");
+    assert_eq!(
+        by_plugin,
+        [ROUNDS, ROUNDS, ROUNDS],
+        "report's sites: {report}"
+    );
     let computed: u64 = run
         .stderr()
         .lines()

@@ -619,17 +619,27 @@ pub unsafe fn dlclose(handle: *mut c_void) -> c_int {
     let Some(f) = REAL.get::<unsafe extern "C" fn(*mut c_void) -> c_int>() else {
         return -1;
     };
+    let stacks = tls::stacks_sent();
     let rc = f(handle);
     // The object's code may be gone, and other code loaded at its addresses
     // later: the rules cached for them go. A handle still held elsewhere
     // unloads nothing, and nothing is dropped.
-    let gone = before.and_then(|b| {
+    let gone = before.as_ref().and_then(|b| {
         let _g = tls::enter();
-        crate::objects::Loaded::read().unloaded_since(&b)
+        crate::objects::Loaded::read().unloaded_since(b)
     });
+    let unloaded = gone.as_ref().is_none_or(|g| !g.is_empty());
     match gone {
         Some(ranges) => crate::cfi::invalidate_ranges(&ranges),
         None => crate::cfi::invalidate(),
+    }
+    // Its destructors ran inside glibc's dlclose, after the writer named
+    // its frames: the stacks they sent are named from the object's file
+    // before anything else can be loaded where it was (a second wait, only
+    // when this thread sent a stack meanwhile).
+    if before.is_some() && unloaded && tls::stacks_sent() != stacks {
+        let _g = tls::enter();
+        lifecycle::after_dlclose();
     }
     rc
 }

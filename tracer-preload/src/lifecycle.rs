@@ -285,6 +285,7 @@ fn send_stack(frames: &[u64], sent: Option<&mut tls::Sent>) -> u64 {
 /// program's heap, allocated here and freed by the writer).
 #[inline]
 fn deliver_stack(key: u64, frames: &[u64]) -> bool {
+    tls::count_stack_sent();
     if STATE.load(Ordering::Acquire) == TRACING && crate::lane::offer_stack(key, frames) {
         return true;
     }
@@ -1121,6 +1122,21 @@ pub fn before_dlclose(path: String) {
         v.push(path);
     }
     request_flush(ctl, Duration::from_secs(5));
+}
+
+/// `dlclose` returned after the unloaded object's destructors recorded
+/// events: the writer takes them (and names their frames from the object's
+/// file) before the program can load other code in its place.
+pub fn after_dlclose() {
+    if !is_traced_process() || STATE.load(Ordering::Acquire) != TRACING {
+        return;
+    }
+    let ctl = CONTROL.load(Ordering::Acquire);
+    if ctl.is_null() {
+        return;
+    }
+    // SAFETY: a Control published in CONTROL is never freed (see stop_writer).
+    request_flush(unsafe { &*ctl }, Duration::from_secs(5));
 }
 
 /// Asks the writer to drain and flush; waits for it at most `limit`,

@@ -163,7 +163,9 @@ pub struct Hot {
     /// Inside `pthread_getattr_np` (our wrapper): glibc holds the thread's
     /// own lock while it allocates there, so a hook must not ask it again.
     in_getattr: Cell<bool>,
-    _pad: [u8; 1],
+    /// Stacks this thread sent to the writer, wrapping (`dlclose` asks
+    /// whether the unloading object's destructors made new ones).
+    stacks_sent: Cell<u8>,
     /// The OS thread id, 0 until first asked.
     tid: Cell<u32>,
     /// This thread's syscall ring (`syscalls::ring`), null until taken.
@@ -348,6 +350,18 @@ impl Hot {
 #[inline]
 pub fn enter() -> Option<Guard> {
     hot().enter()
+}
+
+/// Counts a stack sent to the writer by this thread.
+#[inline]
+pub fn count_stack_sent() {
+    let h = hot();
+    h.stacks_sent.set(h.stacks_sent.get().wrapping_add(1));
+}
+
+/// Stacks this thread sent to the writer so far (wrapping at 256).
+pub fn stacks_sent() -> u8 {
+    hot().stacks_sent.get()
 }
 
 /// Whether this thread is inside the tracer right now.

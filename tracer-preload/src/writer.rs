@@ -233,11 +233,11 @@ struct State {
     /// Every frame address of every stack (hashed once per frame of each
     /// new stack: SipHash was the writer's third-largest cost on python3).
     addresses: HashSet<u64, scan::BuildMix>,
-    /// Address ranges of objects unloaded so far (`dlclose`). A frame
-    /// inside one may be code loaded there since, whose name is not the
-    /// one given to the address at the unload: such frames are named when
-    /// their stack is first seen, in the stack itself (see `new_stack`).
-    unloaded: Vec<(u64, u64)>,
+    /// Objects unloaded so far (`dlclose`), oldest first. A frame inside one
+    /// may be code loaded there since, whose name is not the one given to
+    /// the address at the unload: such frames are named when their stack
+    /// is first seen, in the stack itself (see `name_reused`).
+    unloaded: Vec<Object>,
     objects: objects::Known,
     threads: HashSet<u32, scan::BuildMix>,
     /// Old blocks of reallocs in progress: (tid, addr, time, already emitted,
@@ -1097,8 +1097,10 @@ impl State {
     /// since `dlclose` waits for the writer to drain first.
     fn name_reused(&mut self, frames: &[u64]) -> HashMap<u64, Symbol> {
         let mut out = HashMap::new();
-        let inside = |a: u64| self.unloaded.iter().any(|&(lo, hi)| a >= lo && a < hi);
-        let mut addrs: Vec<u64> = frames.iter().copied().filter(|&a| inside(a)).collect();
+        let holds = |o: &Object, a: u64| a.wrapping_sub(o.load_address) < o.size;
+        let mut addrs: Vec<u64> = (frames.iter().copied())
+            .filter(|&a| self.unloaded.iter().any(|o| holds(o, a)))
+            .collect();
         if addrs.is_empty() {
             return out;
         }
@@ -1106,7 +1108,18 @@ impl State {
             let fresh = self.objects.rescan();
             self.emit_objects(fresh);
         }
-        let objects = self.objects.objects();
+        // The code loaded there now; where nothing is, the object unloaded
+        // there last (what its destructors allocated inside `dlclose`,
+        // taken before the hook returns: see `hooks::dlclose`), from its
+        // file.
+        let mut objects = self.objects.objects();
+        for o in self.unloaded.iter().rev() {
+            if !objects.iter().any(|k| {
+                k.load_address < o.load_address + o.size && o.load_address < k.load_address + k.size
+            }) {
+                objects.push(o.clone());
+            }
+        }
         let (mode, executable) = (self.symbolize, self.executable.clone());
         address_symbols(mode, &executable, &objects, &mut addrs, None, &mut |r| {
             if let Record::AddressSymbol { address, symbol } = r {
@@ -1265,10 +1278,8 @@ impl State {
         }
         self.symbolize(&closing, &mut inside, None);
         for o in &closing {
-            let range = (o.load_address, o.load_address + o.size);
-            if !self.unloaded.contains(&range) {
-                self.unloaded.push(range);
-            }
+            self.unloaded.retain(|u| u != o);
+            self.unloaded.push(o.clone());
         }
         self.objects.forget(&closing);
     }
