@@ -5,8 +5,9 @@
  * and frees then (plug_a's destructor also allocates and frees 3000 + i
  * bytes inside dlclose). The plugins are closed before the blocks are freed, and
  * the loader usually maps each one where the other just was. Prints the
- * figures a tracer must report. */
+ * figures a tracer must report, and how often dlclose changed errno. */
 #include <dlfcn.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -19,7 +20,7 @@ int main(int argc, char **argv)
     int rounds = atoi(argv[3]);
     void **kept = calloc((size_t)rounds * 2, sizeof(void *));
     int nkept = 0;
-    unsigned long allocs = 0, bytes = 0;
+    unsigned long allocs = 0, bytes = 0, errno_changed = 0;
     for (int i = 0; i < rounds; i++) {
         for (int k = 0; k < 2; k++) {
             void *h = dlopen(argv[1 + k], RTLD_NOW | RTLD_LOCAL);
@@ -37,10 +38,13 @@ int main(int argc, char **argv)
                 return 1;
             allocs++;
             bytes += (k ? 2000 : 1000) + (unsigned long)i;
+            errno = 0;
             if (dlclose(h) != 0) {
                 fprintf(stderr, "%s\n", dlerror());
                 return 1;
             }
+            if (errno != 0)
+                errno_changed++;
             if (i % 10 == 0)
                 kept[nkept++] = p;
             else
@@ -50,6 +54,7 @@ int main(int argc, char **argv)
     for (int j = 0; j < nkept; j++)
         free(kept[j]);
     free(kept);
-    printf("plugin allocations %lu bytes %lu\n", allocs, bytes);
+    printf("plugin allocations %lu bytes %lu, dlclose changed errno %lu times\n", allocs, bytes,
+           errno_changed);
     return 0;
 }

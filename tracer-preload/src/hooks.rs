@@ -584,47 +584,59 @@ pub unsafe fn pthread_getattr_np(
 /// addresses seen inside it; afterwards the cached unwind rules of the code
 /// that went are dropped (all of them when that cannot be told).
 pub unsafe fn dlclose(handle: *mut c_void) -> c_int {
-    let mut before = None;
-    if !handle.is_null() && !tls::inside() {
-        before = {
-            let _g = tls::enter();
-            Some(crate::objects::Loaded::read())
-        };
-        let path = {
-            let _g = tls::enter();
-            let mut map: *mut libc::c_void = core::ptr::null_mut();
-            if libc::dlinfo(
-                handle,
-                libc::RTLD_DI_LINKMAP,
-                (&mut map as *mut *mut c_void).cast(),
-            ) == 0
-                && !map.is_null()
-            {
-                // struct link_map { ElfW(Addr) l_addr; char *l_name; ... }
-                let name = *(map as *const *const c_char).add(1);
-                (!name.is_null()).then(|| {
-                    core::ffi::CStr::from_ptr(name)
-                        .to_string_lossy()
-                        .into_owned()
-                })
-            } else {
-                None
-            }
-        };
-        if let Some(path) = path {
-            lifecycle::before_dlclose(path);
-        }
-    }
+    // The program's errno is left as glibc's dlclose leaves it (the waits
+    // for the writer are futex calls, which fail with EAGAIN or ETIMEDOUT).
+    let before = if !handle.is_null() && !tls::inside() {
+        // SAFETY: the caller's handle, passed on as glibc's dlclose takes it.
+        sys::keep_errno(|| Some(unsafe { before_unload(handle) }))
+    } else {
+        None
+    };
     crate::syscalls::real!(REAL, "dlclose\0");
     let Some(f) = REAL.get::<unsafe extern "C" fn(*mut c_void) -> c_int>() else {
         return -1;
     };
     let stacks = tls::stacks_sent();
     let rc = f(handle);
-    // The object's code may be gone, and other code loaded at its addresses
-    // later: the rules cached for them go. A handle still held elsewhere
-    // unloads nothing, and nothing is dropped.
-    let gone = before.as_ref().and_then(|b| {
+    sys::keep_errno(|| after_unload(before.as_ref(), stacks));
+    rc
+}
+
+/// Before glibc's `dlclose`: the loader's objects as they are, and the
+/// writer told to name the frames inside `handle`'s object.
+unsafe fn before_unload(handle: *mut c_void) -> crate::objects::Loaded {
+    let _g = tls::enter();
+    let loaded = crate::objects::Loaded::read();
+    let mut map: *mut libc::c_void = core::ptr::null_mut();
+    let path = if libc::dlinfo(
+        handle,
+        libc::RTLD_DI_LINKMAP,
+        (&mut map as *mut *mut c_void).cast(),
+    ) == 0
+        && !map.is_null()
+    {
+        // struct link_map { ElfW(Addr) l_addr; char *l_name; ... }
+        let name = *(map as *const *const c_char).add(1);
+        (!name.is_null()).then(|| {
+            core::ffi::CStr::from_ptr(name)
+                .to_string_lossy()
+                .into_owned()
+        })
+    } else {
+        None
+    };
+    if let Some(path) = path {
+        lifecycle::before_dlclose(path);
+    }
+    loaded
+}
+
+/// After glibc's `dlclose`. The object's code may be gone, and other code
+/// loaded at its addresses later: the rules cached for them go (all of
+/// them when what went cannot be told, `before` missing included). A
+/// handle still held elsewhere unloads nothing, and nothing is dropped.
+fn after_unload(before: Option<&crate::objects::Loaded>, stacks: u8) {
+    let gone = before.and_then(|b| {
         let _g = tls::enter();
         crate::objects::Loaded::read().unloaded_since(b)
     });
@@ -641,7 +653,6 @@ pub unsafe fn dlclose(handle: *mut c_void) -> c_int {
         let _g = tls::enter();
         lifecycle::after_dlclose();
     }
-    rc
 }
 
 // ---------------------------------------------------------------- exec
