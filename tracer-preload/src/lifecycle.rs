@@ -1109,15 +1109,9 @@ fn say_written(ctl: &Control) {
 /// `dlclose` is about to unload the object at `path`: the writer reports it
 /// and symbolizes the addresses inside it while they are still mapped.
 pub fn before_dlclose(path: String) {
-    if !is_traced_process() || STATE.load(Ordering::Acquire) != TRACING {
+    let Some(ctl) = tracing_control() else {
         return;
-    }
-    let ctl = CONTROL.load(Ordering::Acquire);
-    if ctl.is_null() {
-        return;
-    }
-    // SAFETY: a Control published in CONTROL is never freed (see stop_writer).
-    let ctl = unsafe { &*ctl };
+    };
     if let Ok(mut v) = ctl.unloading.lock() {
         v.push(path);
     }
@@ -1128,15 +1122,19 @@ pub fn before_dlclose(path: String) {
 /// events: the writer takes them (and names their frames from the object's
 /// file) before the program can load other code in its place.
 pub fn after_dlclose() {
+    if let Some(ctl) = tracing_control() {
+        request_flush(ctl, Duration::from_secs(5));
+    }
+}
+
+/// The writer's control block while this process is tracing.
+fn tracing_control() -> Option<&'static Control> {
     if !is_traced_process() || STATE.load(Ordering::Acquire) != TRACING {
-        return;
+        return None;
     }
-    let ctl = CONTROL.load(Ordering::Acquire);
-    if ctl.is_null() {
-        return;
-    }
-    // SAFETY: a Control published in CONTROL is never freed (see stop_writer).
-    request_flush(unsafe { &*ctl }, Duration::from_secs(5));
+    // SAFETY: a Control published in CONTROL is never freed (see
+    // stop_writer), so it outlives every reader.
+    unsafe { CONTROL.load(Ordering::Acquire).as_ref() }
 }
 
 /// Asks the writer to drain and flush; waits for it at most `limit`,
@@ -1168,16 +1166,9 @@ fn request_flush(ctl: &Control, limit: Duration) {
 /// the writer put everything queued so far into the files (the mlyze spool is
 /// then recoverable with every event), waiting at most a second.
 pub fn before_abort() {
-    if !is_traced_process() || STATE.load(Ordering::Acquire) != TRACING {
-        return;
+    if let Some(ctl) = tracing_control() {
+        request_flush(ctl, Duration::from_secs(1));
     }
-    let ctl = CONTROL.load(Ordering::Acquire);
-    if ctl.is_null() {
-        return;
-    }
-    // SAFETY: a Control published in CONTROL is never freed (see stop_writer).
-    let ctl = unsafe { &*ctl };
-    request_flush(ctl, Duration::from_secs(1));
 }
 
 /// The process is about to die of a signal sent to it (SIGTERM, SIGINT,

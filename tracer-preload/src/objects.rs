@@ -178,24 +178,35 @@ unsafe extern "C" fn callback(
                 .to_string_lossy()
                 .into_owned()
         };
-        let (mut lo, mut hi) = (u64::MAX, 0u64);
-        for i in 0..info.dlpi_phnum as usize {
-            let ph = &*info.dlpi_phdr.add(i);
-            if ph.p_type == libc::PT_LOAD {
-                lo = lo.min(ph.p_vaddr & !0xfff);
-                hi = hi.max(ph.p_vaddr + ph.p_memsz);
-            }
-        }
-        if lo < hi {
-            let base = info.dlpi_addr;
+        if let Some((lo, hi)) = load_extent(info) {
             out.push(Object {
                 path,
-                load_address: base.wrapping_add(lo),
+                load_address: lo,
                 size: hi - lo,
             });
         }
     }
     0
+}
+
+/// Where an object's `PT_LOAD` segments lie in memory: from its first
+/// segment's page to the end of its last, or `None` without segments.
+///
+/// # Safety
+/// `info` is what `dl_iterate_phdr` passed, during its callback (its phdr
+/// array has `dlpi_phnum` entries).
+unsafe fn load_extent(info: &libc::dl_phdr_info) -> Option<(u64, u64)> {
+    let (mut lo, mut hi) = (u64::MAX, 0u64);
+    for i in 0..info.dlpi_phnum as usize {
+        // SAFETY: i < dlpi_phnum (the caller's contract).
+        let ph = unsafe { &*info.dlpi_phdr.add(i) };
+        if ph.p_type == libc::PT_LOAD {
+            lo = lo.min(ph.p_vaddr & !0xfff);
+            hi = hi.max(ph.p_vaddr + ph.p_memsz);
+        }
+    }
+    let base = info.dlpi_addr;
+    (lo < hi).then(|| (base.wrapping_add(lo), base.wrapping_add(hi)))
 }
 
 /// The loaded objects' address ranges and the loader's counts of objects
@@ -282,19 +293,7 @@ unsafe extern "C" fn loaded_callback(
         } else {
             out.subs = u64::MAX;
         }
-        let (mut lo, mut hi) = (u64::MAX, 0u64);
-        for i in 0..info.dlpi_phnum as usize {
-            let ph = &*info.dlpi_phdr.add(i);
-            if ph.p_type == libc::PT_LOAD {
-                lo = lo.min(ph.p_vaddr & !0xfff);
-                hi = hi.max(ph.p_vaddr + ph.p_memsz);
-            }
-        }
-        if lo < hi {
-            let base = info.dlpi_addr;
-            out.ranges
-                .push((base.wrapping_add(lo), base.wrapping_add(hi)));
-        }
+        out.ranges.extend(load_extent(info));
     }
     0
 }
