@@ -34,6 +34,9 @@ $cc -O2 -g -fomit-frame-pointer -pthread examples/bench/alloc_chain.c -o "$work/
 $cc -O2 -g examples/bench/syscall_loop.c -o "$work/syscall_loop"
 $cc -O2 -g -fno-omit-frame-pointer examples/bench/many_stacks.c -o "$work/many_stacks"
 $cc -O0 -g -pthread examples/many_threads.c -o "$work/many_threads"
+$cc -O0 -g examples/plugin_loop.c -o "$work/plugin_loop"
+$cc -O0 -g -fno-omit-frame-pointer -shared -fPIC examples/plugins/plug_a.c -o "$work/plug_a.so"
+$cc -O2 -g -fomit-frame-pointer -shared -fPIC examples/plugins/plug_b.c -o "$work/plug_b.so"
 
 # A history of 3,000 commits (3 files changed in each, 200 files in 10
 # directories) for `git log --stat`, made with fast-import: no network.
@@ -126,6 +129,7 @@ workload "alloc_chain 1M pairs, 20 deep, no frame pointers" "" "$work/chain_nofp
 workload "alloc_chain 1M pairs, 2 threads" "" "$work/chain_fp" 1000000 2
 workload "alloc_chain 1M pairs, 4 threads" "" "$work/chain_fp" 1000000 4
 workload "many_threads: 1,000 threads at once, 1.28M events" "" "$work/many_threads" 1000
+workload "plugin_loop: 2,000 dlopen/dlclose of two plugins in turn" "" "$work/plugin_loop" "$work/plug_a.so" "$work/plug_b.so" 1000
 workload "python3 300k-entry dict, PYTHONMALLOC=malloc" "PYTHONMALLOC=malloc PYTHONHASHSEED=0" $PY -c 'd = {str(i): i for i in range(300000)}'
 workload "perl 300k-entry hash" "" /usr/bin/perl -e 'my %h; $h{$_} = $_ for 1..300000;'
 workload "ls -l /usr/bin (short process)" "" /bin/ls -l /usr/bin
