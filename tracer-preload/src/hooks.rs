@@ -602,9 +602,16 @@ pub unsafe fn dlclose(handle: *mut c_void) -> c_int {
     rc
 }
 
+/// What `before_unload` saw: the loader's objects, and whether the writer
+/// was told of the unload.
+struct BeforeUnload {
+    loaded: crate::objects::Loaded,
+    told: bool,
+}
+
 /// Before glibc's `dlclose`: the loader's objects as they are, and the
 /// writer told to name the frames inside `handle`'s object.
-unsafe fn before_unload(handle: *mut c_void) -> crate::objects::Loaded {
+unsafe fn before_unload(handle: *mut c_void) -> BeforeUnload {
     let _g = tls::enter();
     let loaded = crate::objects::Loaded::read();
     let mut map: *mut libc::c_void = core::ptr::null_mut();
@@ -625,33 +632,32 @@ unsafe fn before_unload(handle: *mut c_void) -> crate::objects::Loaded {
     } else {
         None
     };
-    if let Some(path) = path {
-        lifecycle::before_dlclose(path);
-    }
-    loaded
+    let told = path.is_some_and(lifecycle::before_dlclose);
+    BeforeUnload { loaded, told }
 }
 
 /// After glibc's `dlclose`. The object's code may be gone, and other code
 /// loaded at its addresses later: the rules cached for them go (all of
 /// them when what went cannot be told, `before` missing included). A
 /// handle still held elsewhere unloads nothing, and nothing is dropped.
-fn after_unload(before: Option<&crate::objects::Loaded>, stacks: u8) {
-    let gone = before.and_then(|b| {
-        let _g = tls::enter();
-        crate::objects::Loaded::read().unloaded_since(b)
-    });
+fn after_unload(before: Option<&BeforeUnload>, stacks: u8) {
+    let _g = tls::enter();
+    let gone = before.and_then(|b| crate::objects::Loaded::read().unloaded_since(&b.loaded));
     let unloaded = gone.as_ref().is_none_or(|g| !g.is_empty());
     match gone {
         Some(ranges) => crate::cfi::invalidate_ranges(&ranges),
         None => crate::cfi::invalidate(),
     }
-    // Its destructors ran inside glibc's dlclose, after the writer named
-    // its frames: the stacks they sent are named from the object's file
-    // before anything else can be loaded where it was (a second wait, only
-    // when this thread sent a stack meanwhile).
-    if before.is_some() && unloaded && tls::stacks_sent() != stacks {
-        let _g = tls::enter();
-        lifecycle::after_dlclose();
+    if before.is_some_and(|b| b.told) {
+        // Its destructors ran inside glibc's dlclose, after the writer named
+        // its frames: the stacks they sent are named from the object's file
+        // before anything else can be loaded where it was (a second wait,
+        // only when this thread sent a stack meanwhile); then the writer
+        // learns that this thread's later stacks are not that object's.
+        if unloaded && tls::stacks_sent() != stacks {
+            lifecycle::after_dlclose();
+        }
+        crate::writer::dlclose_returned(tls::tid());
     }
 }
 

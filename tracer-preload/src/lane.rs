@@ -178,6 +178,7 @@ unsafe fn decode(lane: &Lane, i: u64, tid: u32) -> Msg {
             Msg::Stack {
                 key: s[3],
                 frames: frames.into_boxed_slice(),
+                tid,
             }
         }
         MARKER => Msg::Marker {
@@ -550,7 +551,7 @@ fn new_lane() -> Option<&'static Lane> {
 /// full (the caller tries the channel, which refuses it too).
 #[inline(always)]
 fn push(lane: &Lane, msg: Msg) -> Option<Msg> {
-    if let Msg::Stack { key, frames } = &msg {
+    if let Msg::Stack { key, frames, .. } = &msg {
         return if push_stack(lane, *key, frames) {
             None
         } else {
@@ -958,6 +959,7 @@ mod tests {
             Msg::Stack {
                 key: 77,
                 frames: frames.clone().into_boxed_slice(),
+                tid: 0,
             },
         );
         test_push(
@@ -976,7 +978,9 @@ mod tests {
         v.each_head(|h| deps.push(h.dep));
         assert_eq!(deps, [Dep::None, Dep::Free(0x30)]);
         match v.take() {
-            Some(Msg::Stack { key: 77, frames: f }) => assert_eq!(&f[..], &frames[..]),
+            Some(Msg::Stack {
+                key: 77, frames: f, ..
+            }) => assert_eq!(&f[..], &frames[..]),
             other => panic!("{other:?}"),
         }
         assert_eq!(v.peek().map(|h| h.dep), Some(Dep::Free(0x30)));
@@ -1021,10 +1025,12 @@ mod tests {
             Msg::Stack {
                 key: u64::MAX,
                 frames: vec![1, 2, 0x7fff_ffff_ffff].into_boxed_slice(),
+                tid: 7,
             },
             Msg::Stack {
                 key: 3,
                 frames: Vec::new().into_boxed_slice(),
+                tid: 7,
             },
             Msg::Marker {
                 time_ns: 5,

@@ -292,6 +292,7 @@ fn deliver_stack(key: u64, frames: &[u64]) -> bool {
     deliver(Msg::Stack {
         key,
         frames: frames.into(),
+        tid: tls::tid(),
     })
 }
 
@@ -1108,14 +1109,17 @@ fn say_written(ctl: &Control) {
 
 /// `dlclose` is about to unload the object at `path`: the writer reports it
 /// and symbolizes the addresses inside it while they are still mapped.
-pub fn before_dlclose(path: String) {
+/// Returns whether the writer was told (then the hook tells it when it
+/// returns: `writer::dlclose_returned`).
+pub fn before_dlclose(path: String) -> bool {
     let Some(ctl) = tracing_control() else {
-        return;
+        return false;
     };
     if let Ok(mut v) = ctl.unloading.lock() {
-        v.push(path);
+        v.push((path, tls::tid()));
     }
     request_flush(ctl, Duration::from_secs(5));
+    true
 }
 
 /// `dlclose` returned after the unloaded object's destructors recorded
@@ -1460,6 +1464,7 @@ extern "C" fn fork_child() {
     TRACED_PID.store(sys::raw_getpid(), Ordering::Relaxed);
     crate::syscalls::ring::after_fork_child();
     crate::lane::after_fork_child();
+    writer::after_fork_child();
     match state {
         NOT_YET | DISABLED => {}
         INITIALISING => EARLY.with(|list| list.clear()),

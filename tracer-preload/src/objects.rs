@@ -84,19 +84,27 @@ impl Known {
 
     /// Scans the loaded objects; returns the ones not reported before.
     pub fn rescan(&mut self) -> Vec<Object> {
+        self.rescan_live().0
+    }
+
+    /// [`Known::rescan`], with the objects loaded now beside the ones not
+    /// reported before. The known ranges keep objects unloaded since (their
+    /// addresses are named at the end); the live list does not.
+    pub fn rescan_live(&mut self) -> (Vec<Object>, Vec<Object>) {
         self.last_scan = Some(Instant::now());
         self.pending = false;
         let mut fresh = Vec::new();
-        for o in scan() {
+        let live = scan();
+        for o in &live {
             if o.size > 0 && !self.contains(o.load_address) {
                 self.ranges.push((o.load_address, o.load_address + o.size));
                 self.paths.push(o.path.clone());
             }
             if self.seen.insert((o.path.clone(), o.load_address)) {
-                fresh.push(o);
+                fresh.push(o.clone());
             }
         }
-        fresh
+        (fresh, live)
     }
 }
 

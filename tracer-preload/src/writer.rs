@@ -56,10 +56,12 @@ pub enum Msg {
     ReallocFailed {
         tid: u32,
     },
-    /// A stack's frames, sent by each thread before its first use of `key`.
+    /// A stack's frames, sent by each thread before its first use of `key`
+    /// (`tid`: the thread that sent it, 0 when not known).
     Stack {
         key: u64,
         frames: Box<[u64]>,
+        tid: u32,
     },
     Marker {
         time_ns: u64,
@@ -160,9 +162,10 @@ pub struct Control {
     /// Bumped (and its waiters woken) each time a flush is served: the
     /// futex word requesters sleep on.
     pub flush_served: AtomicU32,
-    /// Objects about to be unloaded (`dlclose`): before the flush is served,
-    /// the addresses seen inside them are symbolized while still mapped.
-    pub unloading: Mutex<Vec<String>>,
+    /// Objects about to be unloaded (`dlclose`), with the thread unloading
+    /// them: before the flush is served, the addresses seen inside them are
+    /// symbolized while still mapped.
+    pub unloading: Mutex<Vec<(String, u32)>>,
 }
 
 /// What the writer needs to know besides its messages.
@@ -238,6 +241,11 @@ struct State {
     /// the address at the unload: such frames are named when their stack
     /// is first seen, in the stack itself (see `name_reused`).
     unloaded: Vec<Object>,
+    /// The objects each thread is unloading (from the flush before glibc's
+    /// `dlclose` to the hook's return, see [`dlclose_returned`]): its stacks
+    /// meanwhile (destructors) are that code's, whatever another thread has
+    /// loaded there since.
+    closing: HashMap<u32, Vec<Object>>,
     objects: objects::Known,
     threads: HashSet<u32, scan::BuildMix>,
     /// Old blocks of reallocs in progress: (tid, addr, time, already emitted,
@@ -523,6 +531,32 @@ fn sleep_until_woken(rx: &Receiver<Msg>, max: Duration) {
     SLEEPING.store(0, Ordering::SeqCst);
 }
 
+/// Threads whose `dlclose` hook returned since the writer last looked
+/// (see `State::closing`).
+static RETURNED: parking_lot::Mutex<Vec<u32>> = parking_lot::Mutex::new(Vec::new());
+
+/// The calling thread's `dlclose` hook is returning: the object it unloaded
+/// no longer names its new stacks. Pushed before the thread can send any
+/// later stack, and read by the writer before it names one.
+pub fn dlclose_returned(tid: u32) {
+    RETURNED.lock().push(tid);
+}
+
+fn take_returned() -> Vec<u32> {
+    std::mem::take(&mut *RETURNED.lock())
+}
+
+/// In a fork's child, alone: the parent's writer may have held the list's
+/// lock at the fork, and its threads are not the child's.
+pub fn after_fork_child() {
+    if RETURNED.is_locked() {
+        // SAFETY: the child has one thread; the holder was the parent's
+        // writer, which does not exist here.
+        unsafe { RETURNED.force_unlock() };
+    }
+    RETURNED.lock().clear();
+}
+
 /// The word the writer's short naps wait on (see `NAP_US`): no producer
 /// touches it; a flush request bumps it so that a nap ends at once.
 static NAP: AtomicU32 = AtomicU32::new(0);
@@ -622,6 +656,7 @@ impl State {
             executable,
             addresses: HashSet::default(),
             unloaded: Vec::new(),
+            closing: HashMap::new(),
             objects: objects::Known::default(),
             threads: HashSet::default(),
             pending: Vec::new(),
@@ -1051,16 +1086,16 @@ impl State {
         let key = if self.depth == 0 { NO_STACK } else { key };
         match self.stacks.id(key) {
             Some(id) => id,
-            None => self.new_stack(key, &[]),
+            None => self.new_stack(key, &[], 0),
         }
     }
 
-    fn new_stack(&mut self, key: u64, frames: &[u64]) -> u64 {
+    fn new_stack(&mut self, key: u64, frames: &[u64], tid: u32) -> u64 {
         match self.stacks.intern(key) {
             Interned::Known(id) => id,
             Interned::New(id) => {
                 let frames = &frames[..frames.len().min(self.depth)];
-                let mut named = self.name_reused(frames);
+                let mut named = self.name_reused(frames, tid);
                 let mut unknown = false;
                 for &a in frames {
                     if !named.contains_key(&a) {
@@ -1095,7 +1130,7 @@ impl State {
     /// place named every later plugin's frames after the first). The code
     /// there now is loaded: the stack cannot be seen once it is unloaded,
     /// since `dlclose` waits for the writer to drain first.
-    fn name_reused(&mut self, frames: &[u64]) -> HashMap<u64, Symbol> {
+    fn name_reused(&mut self, frames: &[u64], tid: u32) -> HashMap<u64, Symbol> {
         let mut out = HashMap::new();
         let holds = |o: &Object, a: u64| a.wrapping_sub(o.load_address) < o.size;
         let mut addrs: Vec<u64> = (frames.iter().copied())
@@ -1104,19 +1139,31 @@ impl State {
         if addrs.is_empty() {
             return out;
         }
-        if addrs.iter().any(|&a| !self.objects.contains(a)) {
-            let fresh = self.objects.rescan();
-            self.emit_objects(fresh);
+        // The code loaded there now, as the loader lists it (the known
+        // ranges may still hold an object another thread's `dlclose`
+        // unloaded, which the writer was not asked to forget: two threads
+        // loading plugins in turn had plug_b's frames named after plug_a);
+        // where nothing is, the object unloaded there last (what its
+        // destructors allocated inside `dlclose`, taken before the hook
+        // returns: see `hooks::dlclose`), from its file.
+        let (fresh, live) = self.objects.rescan_live();
+        self.emit_objects(fresh);
+        // A thread still inside `dlclose` (its object's destructors): the
+        // object it unloads comes first.
+        for t in take_returned() {
+            self.closing.remove(&t);
         }
-        // The code loaded there now; where nothing is, the object unloaded
-        // there last (what its destructors allocated inside `dlclose`,
-        // taken before the hook returns: see `hooks::dlclose`), from its
-        // file.
-        let mut objects = self.objects.objects();
+        let mut objects = self.closing.get(&tid).cloned().unwrap_or_default();
+        let overlaps = |a: &Object, b: &Object| {
+            a.load_address < b.load_address + b.size && b.load_address < a.load_address + a.size
+        };
+        for o in live {
+            if !objects.iter().any(|k| overlaps(k, &o)) {
+                objects.push(o);
+            }
+        }
         for o in self.unloaded.iter().rev() {
-            if !objects.iter().any(|k| {
-                k.load_address < o.load_address + o.size && o.load_address < k.load_address + k.size
-            }) {
+            if !objects.iter().any(|k| overlaps(k, o)) {
                 objects.push(o.clone());
             }
         }
@@ -1153,10 +1200,10 @@ impl State {
 
     fn handle(&mut self, m: Msg) {
         match m {
-            Msg::Stack { key, frames } => {
+            Msg::Stack { key, frames, tid } => {
                 self.stack_messages += 1;
                 let key = if self.depth == 0 { NO_STACK } else { key };
-                self.new_stack(key, &frames);
+                self.new_stack(key, &frames, tid);
             }
             Msg::Alloc {
                 time_ns,
@@ -1254,15 +1301,23 @@ impl State {
     /// Symbolizes now the addresses inside the objects loaded from `paths`
     /// (about to be unloaded: another object may later take their place),
     /// after a scan that reports them if new.
-    fn resolve_objects(&mut self, paths: &[String]) {
-        let fresh = self.objects.rescan();
+    fn resolve_objects(&mut self, unloading: &[(String, u32)]) {
+        // Where the loader has them now (the known ranges may still hold
+        // an object of that path where another thread unloaded it).
+        let (fresh, live) = self.objects.rescan_live();
         self.emit_objects(fresh);
-        let closing: Vec<Object> = self
-            .objects
-            .objects()
-            .into_iter()
-            .filter(|o| paths.contains(&o.path))
-            .collect();
+        for t in take_returned() {
+            self.closing.remove(&t);
+        }
+        let mut closing: Vec<Object> = Vec::new();
+        for o in live {
+            for (path, tid) in unloading {
+                if &o.path == path {
+                    self.closing.entry(*tid).or_default().push(o.clone());
+                    closing.push(o.clone());
+                }
+            }
+        }
         let mut inside: Vec<u64> = self
             .addresses
             .iter()
@@ -2133,10 +2188,12 @@ mod tests {
         st.handle(Msg::Stack {
             key: 77,
             frames: vec![0x1000, 0x2000, 0x3000].into(),
+            tid: 0,
         });
         st.handle(Msg::Stack {
             key: 77,
             frames: vec![0x1000, 0x2000, 0x3000].into(),
+            tid: 0,
         });
         st.handle(Msg::Alloc {
             time_ns: 50,
