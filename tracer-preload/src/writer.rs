@@ -1333,7 +1333,12 @@ impl State {
         }
         self.symbolize(&closing, &mut inside, None);
         for o in &closing {
-            self.unloaded.retain(|u| u != o);
+            // An older entry inside this one's range is shadowed by it for
+            // good (the newest covering entry names a frame): dropped, so
+            // that a plugin reloaded for ever keeps the list short.
+            let (lo, hi) = (o.load_address, o.load_address + o.size);
+            self.unloaded
+                .retain(|u| u.load_address < lo || u.load_address + u.size > hi);
             self.unloaded.push(o.clone());
         }
         self.objects.forget(&closing);
