@@ -84,11 +84,13 @@ pub struct Resolver<'a> {
 
 /// The address ranges where objects of different paths overlap (each
 /// maximal group of overlapping objects that holds two paths), sorted.
+/// Objects without a path (a mapping another tool listed unnamed, as a
+/// MALT sample does around its libraries) take no part.
 fn contested_ranges(objects: &[&Object]) -> Vec<(u64, u64)> {
     let mut out = Vec::new();
     // (lo, hi, first path, whether another path overlaps it)
     let mut group: Option<(u64, u64, &str, bool)> = None;
-    for o in objects.iter().filter(|o| o.size > 0) {
+    for o in objects.iter().filter(|o| o.size > 0 && !o.path.is_empty()) {
         let (lo, hi) = (o.load_address, o.load_address.saturating_add(o.size));
         group = match group {
             Some((glo, ghi, path, mixed)) if lo < ghi => {
@@ -411,6 +413,8 @@ mod tests {
             obj("/d.so", 0x4000, 0x1000),
             obj("/e.so", 0x6000, 0x2000),
             obj("/f.so", 0x7000, 0x100),
+            obj("", 0x9000, 0x10_0000),
+            obj("/g.so", 0xa000, 0x1000),
         ];
         let mut sorted: Vec<&Object> = objects.iter().collect();
         sorted.sort_by_key(|o| o.load_address);
