@@ -1123,13 +1123,15 @@ impl State {
         }
     }
 
-    /// Names now the frames of a new stack that lie where an object was
-    /// unloaded: a name by address (`AddressSymbol`) holds for every frame
-    /// with that address, and the one given there at the unload belongs to
-    /// the code that went (a plugin host loading plugins in turn at the same
-    /// place named every later plugin's frames after the first). The code
-    /// there now is loaded: the stack cannot be seen once it is unloaded,
-    /// since `dlclose` waits for the writer to drain first.
+    /// Names now the frames of a new stack (sent by thread `tid`) that lie
+    /// where an object was unloaded: a name by address (`AddressSymbol`)
+    /// holds for every frame with that address, and the one given there at
+    /// the unload belongs to the code that went (a plugin host loading
+    /// plugins in turn at the same place named every later plugin's frames
+    /// after the first). Which code a frame is: the object `tid` is
+    /// unloading, if it is inside `dlclose`; else the object loaded there
+    /// now (a stack is handled before its code can go: `dlclose` waits for
+    /// the writer first); else the object unloaded there last.
     fn name_reused(&mut self, frames: &[u64], tid: u32) -> HashMap<u64, Symbol> {
         let mut out = HashMap::new();
         let holds = |o: &Object, a: u64| a.wrapping_sub(o.load_address) < o.size;
