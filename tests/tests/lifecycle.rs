@@ -795,8 +795,10 @@ fn the_trace_files_do_not_grow_the_descriptor_table_to_the_limit() {
 /// rules computed grow by a few per load (the plugins' own frames: 2 and
 /// 3), where dropping them all made every frame's rule be computed again
 /// after each unload (about 55 per round).
-#[test]
-fn plugins_loaded_and_unloaded_in_a_loop_keep_exact_figures_and_names() {
+/// `examples/plugins`' two plugins, built as shared objects: plug_a with
+/// frame pointers, plug_b optimised without (their unwind rules differ
+/// where the loader maps one where the other was).
+fn plugins() -> (std::path::PathBuf, std::path::PathBuf) {
     let pic = ["-g", "-shared", "-fPIC"];
     let a = example_with(
         "plugins/plug_a",
@@ -806,6 +808,12 @@ fn plugins_loaded_and_unloaded_in_a_loop_keep_exact_figures_and_names() {
         "plugins/plug_b",
         &[&["-O2", "-fomit-frame-pointer"][..], &pic].concat(),
     );
+    (a, b)
+}
+
+#[test]
+fn plugins_loaded_and_unloaded_in_a_loop_keep_exact_figures_and_names() {
+    let (a, b) = plugins();
     let bin = example("plugin_loop");
     const ROUNDS: u64 = 200;
     let cmd = Cmd::new(&bin).arg(&a).arg(&b).arg(ROUNDS.to_string());
@@ -924,15 +932,7 @@ fn plugins_loaded_and_unloaded_in_a_loop_keep_exact_figures_and_names() {
 /// library fails this test in most runs, not all: it is a race).
 #[test]
 fn plugins_loaded_by_threads_at_once_are_named_after_their_own_code() {
-    let pic = ["-g", "-shared", "-fPIC"];
-    let a = example_with(
-        "plugins/plug_a",
-        &[&["-O0", "-fno-omit-frame-pointer"][..], &pic].concat(),
-    );
-    let b = example_with(
-        "plugins/plug_b",
-        &[&["-O2", "-fomit-frame-pointer"][..], &pic].concat(),
-    );
+    let (a, b) = plugins();
     let bin = example("plugin_threads");
     const ROUNDS: u64 = 3000;
     const THREADS: u64 = 4;
