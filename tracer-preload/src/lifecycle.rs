@@ -1145,12 +1145,16 @@ fn tracing_control() -> Option<&'static Control> {
 /// asleep on the word the writer bumps when it has served a request (a
 /// `dlclose` in a loop paid a nap of the writer's and a 200 us poll each).
 fn request_flush(ctl: &Control, limit: Duration) {
-    let ticket = ctl.flush_requested.fetch_add(1, Ordering::SeqCst) + 1;
+    let ticket = ctl
+        .flush_requested
+        .fetch_add(1, Ordering::SeqCst)
+        .wrapping_add(1);
     writer::interrupt_nap();
     let begun = Instant::now();
     loop {
-        let served = ctl.flush_served.load(Ordering::SeqCst);
-        if ctl.flush_done.load(Ordering::SeqCst) >= ticket {
+        let done = ctl.flush_done.load(Ordering::SeqCst);
+        // Served once the writer's count reached the ticket (wrapping).
+        if done.wrapping_sub(ticket) as i32 >= 0 {
             return;
         }
         let left = limit.saturating_sub(begun.elapsed());
@@ -1158,11 +1162,7 @@ fn request_flush(ctl: &Control, limit: Duration) {
             return;
         }
         // Bounded steps: the wait ends even if a wake-up were missed.
-        sys::futex_wait(
-            &ctl.flush_served,
-            served,
-            left.min(Duration::from_millis(10)),
-        );
+        sys::futex_wait(&ctl.flush_done, done, left.min(Duration::from_millis(10)));
     }
 }
 

@@ -157,11 +157,9 @@ pub struct Control {
     pub stderr_first: AtomicBool,
     /// Flush requests (incremented by a requester) and the last one served:
     /// everything queued before the request is in the files once served.
-    pub flush_requested: AtomicU64,
-    pub flush_done: AtomicU64,
-    /// Bumped (and its waiters woken) each time a flush is served: the
-    /// futex word requesters sleep on.
-    pub flush_served: AtomicU32,
+    /// Requesters sleep on `flush_done` (a futex word; tickets wrap).
+    pub flush_requested: AtomicU32,
+    pub flush_done: AtomicU32,
     /// Objects about to be unloaded (`dlclose`), with the thread unloading
     /// them: before the flush is served, the addresses seen inside them are
     /// symbolized while still mapped.
@@ -446,8 +444,7 @@ pub fn run(
             st.flush();
             last_flush = Instant::now();
             ctl.flush_done.store(wanted, Ordering::SeqCst);
-            ctl.flush_served.fetch_add(1, Ordering::SeqCst);
-            sys::futex_wake_all(&ctl.flush_served);
+            sys::futex_wake_all(&ctl.flush_done);
         }
         dirty |= got > 0;
         // Every 100 ms under load; as soon as the program pauses otherwise
@@ -540,10 +537,6 @@ static RETURNED: parking_lot::Mutex<Vec<u32>> = parking_lot::Mutex::new(Vec::new
 /// later stack, and read by the writer before it names one.
 pub fn dlclose_returned(tid: u32) {
     RETURNED.lock().push(tid);
-}
-
-fn take_returned() -> Vec<u32> {
-    std::mem::take(&mut *RETURNED.lock())
 }
 
 /// In a fork's child, alone: the parent's writer may have held the list's
@@ -1152,9 +1145,7 @@ impl State {
         self.emit_objects(fresh);
         // A thread still inside `dlclose` (its object's destructors): the
         // object it unloads comes first.
-        for t in take_returned() {
-            self.closing.remove(&t);
-        }
+        self.forget_returned();
         let mut objects = self.closing.get(&tid).cloned().unwrap_or_default();
         let overlaps = |a: &Object, b: &Object| {
             a.load_address < b.load_address + b.size && b.load_address < a.load_address + a.size
@@ -1177,6 +1168,13 @@ impl State {
             true
         });
         out
+    }
+
+    /// The threads whose `dlclose` hook returned no longer unload anything.
+    fn forget_returned(&mut self) {
+        for t in std::mem::take(&mut *RETURNED.lock()) {
+            self.closing.remove(&t);
+        }
     }
 
     fn free(&mut self, time_ns: u64, tid: u32, addr: u64) {
@@ -1308,9 +1306,7 @@ impl State {
         // an object of that path where another thread unloaded it).
         let (fresh, live) = self.objects.rescan_live();
         self.emit_objects(fresh);
-        for t in take_returned() {
-            self.closing.remove(&t);
-        }
+        self.forget_returned();
         let mut closing: Vec<Object> = Vec::new();
         for o in live {
             for (path, tid) in unloading {
