@@ -84,3 +84,41 @@ fn dumpalloc_output_same_figures() {
         "realloc in dumpalloc",
     );
 }
+
+/// `%e` is the name the program was started as: the last part of the path
+/// given to `exec` (a symlink's own name, as in `redis-server` ->
+/// `redis-check-rdb` or `python3` -> `python3.11`; a script's own name, not
+/// its interpreter's), as heaptrack names its files after the command.
+#[test]
+fn the_executable_name_is_the_name_it_was_run_as() {
+    let real = example("leak");
+    let dir = fresh_dir("exe-name");
+    let alias = dir.join("renamed-leak");
+    std::os::unix::fs::symlink(&real, &alias).unwrap();
+    let script = dir.join("my-tool");
+    fs::write(&script, format!("#!{}\n", real.display())).unwrap();
+    fs::set_permissions(&script, fs::Permissions::from_mode(0o755)).unwrap();
+    let real_name = real.file_name().unwrap().to_string_lossy().to_string();
+    for (program, name) in [
+        (real.clone(), real_name.as_str()),
+        (alias, "renamed-leak"),
+        (script, "my-tool"),
+    ] {
+        let out = dir.join("t-%e-%p");
+        let run = run_traced(
+            &Cmd::new(&program),
+            &[("TRACER_OUTPUT", out.to_str().unwrap())],
+        );
+        assert!(run.output.status.success(), "{}", run.stderr());
+        let expected = dir.join(format!("t-{name}-{}.mlyze", run.pid));
+        let trace = read_trace(&expected).unwrap_or_else(|e| {
+            panic!("{}: {e}; files: {:?}", program.display(), trace_files(&dir))
+        });
+        assert_trace_figures(&trace, LEAK, &format!("{} as {name}", program.display()));
+        // The metadata still names the file that was run.
+        let exe = fs::canonicalize(&real).unwrap();
+        let process = trace.process.as_ref().expect("the process record");
+        assert_eq!(process.executable, exe.to_string_lossy(), "{name}");
+        fs::remove_file(&expected).unwrap();
+    }
+}

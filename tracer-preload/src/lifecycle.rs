@@ -537,10 +537,18 @@ fn disable() {
     });
 }
 
-/// The executable's file name, for `%e`.
+/// The name the program was started as, for `%e`: the last part of the
+/// path given to `exec` (`redis-server`, not the `redis-check-rdb` its
+/// symlink leads to; a script's name, not its interpreter's), as a user who
+/// typed the command expects. The executable's own file name when `exec`
+/// was given a descriptor (`fexecve`: `/dev/fd/N`) or no path.
 fn exe_name() -> String {
-    std::path::Path::new(sys::exe_path())
+    let started =
+        sys::exec_path().filter(|p| !p.starts_with("/dev/fd/") && !p.starts_with("/proc/"));
+    let path = started.as_deref().unwrap_or(sys::exe_path());
+    std::path::Path::new(path)
         .file_name()
+        .or_else(|| std::path::Path::new(sys::exe_path()).file_name())
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "unknown".to_string())
 }

@@ -585,6 +585,20 @@ pub fn exe_path() -> &'static str {
     })
 }
 
+/// The path the program was started by, as given to `execve` (the
+/// kernel's `AT_EXECFN`: a symlink's own path, a script's rather than its
+/// interpreter's); `None` when the kernel gave none.
+pub fn exec_path() -> Option<String> {
+    // SAFETY: getauxval only reads the auxiliary vector the kernel handed the
+    // process; AT_EXECFN, when present, is the address of a NUL-terminated
+    // string the kernel copied onto the initial stack, which stays mapped for
+    // the process's life.
+    unsafe {
+        let p = libc::getauxval(libc::AT_EXECFN) as *const libc::c_char;
+        (!p.is_null()).then(|| core::ffi::CStr::from_ptr(p).to_string_lossy().into_owned())
+    }
+}
+
 /// Duplicates `fd` to the lowest free descriptor >= `min`, close-on-exec.
 pub fn dup_high(fd: c_int, min: c_int) -> c_int {
     // SAFETY: fcntl(F_DUPFD_CLOEXEC) takes an integer argument only.
