@@ -1290,6 +1290,69 @@ fn a_caller_provided_spool_gives_the_same_file() {
     assert_eq!(out, write_all(&all));
 }
 
+/// A spool remover is called once, after a successful finish, in place of
+/// deleting the path: the spool is left to the remover (whose caller may
+/// have unlinked it already), and a failed finish calls it not at all.
+#[test]
+fn a_spool_remover_takes_the_place_of_deleting_the_path() {
+    let dir = std::env::temp_dir().join(format!("mlyze-remover-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let records = sample_records(500, 3);
+    for fail in [false, true] {
+        let spool_path = dir.join(format!("t-{fail}.mlyze.spool"));
+        let spool = std::fs::File::options()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&spool_path)
+            .unwrap();
+        let calls = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+        let seen = calls.clone();
+        let out = Failing {
+            inner: Vec::new(),
+            fail,
+        };
+        let mut w = Writer::with_spool_file(out, spool, Some(spool_path.clone())).unwrap();
+        w.set_spool_remover(Box::new(move || {
+            seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }));
+        for r in &records {
+            w.write(r).unwrap();
+        }
+        w.flush().unwrap();
+        let result = w.finish();
+        assert_eq!(result.is_err(), fail);
+        let called = calls.load(std::sync::atomic::Ordering::SeqCst);
+        assert_eq!(
+            called,
+            u32::from(!fail),
+            "remover calls, finish failing: {fail}"
+        );
+        assert!(spool_path.exists(), "the spool is the remover's to delete");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// An output that fails every write when `fail` is set.
+struct Failing {
+    inner: Vec<u8>,
+    fail: bool,
+}
+
+impl std::io::Write for Failing {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.fail {
+            return Err(std::io::Error::other("disk full"));
+        }
+        self.inner.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 /// The output and spool of the copier test, shared with the copier.
 #[derive(Clone, Default)]
 struct Shared<T>(std::sync::Arc<std::sync::Mutex<T>>);

@@ -21,8 +21,8 @@ use format_writers::LeakKind;
 use tracer_tests::{
     assert_same_behaviour, assert_trace_figures, assert_validates, cli_report, dtv_bytes_for,
     dtv_bytes_under_valgrind, example, example_with, fresh_dir, read_scan, read_trace, repo_root,
-    run_traced, single_trace, status_text, tracer, tracer_lib, valgrind_leaks, Cmd, Figures,
-    LeakClasses, ScanResult, Traced,
+    run_traced, single_trace, spools, status_text, tracer, tracer_lib, valgrind_leaks, Cmd,
+    Figures, LeakClasses, ScanResult, Traced,
 };
 
 const NONE: LeakClasses = LeakClasses::new([(0, 0); 4]);
@@ -146,7 +146,8 @@ fn a_program_out_of_descriptors_is_scanned_whole() {
 /// before it exits. Its scan still has its roots and its trace is finished
 /// (the scan found no roots, every block came out definitely lost, and
 /// the file was "cannot finish" for a spool out of reach, until the maps
-/// were kept open from start-up and a spool out of reach was left).
+/// were kept open from start-up and a spool out of reach was left; the
+/// spool's name now goes before the chroot).
 #[test]
 fn a_process_that_chroots_is_scanned_and_its_trace_finished() {
     let jail = fresh_dir("jail");
@@ -165,6 +166,8 @@ fn a_process_that_chroots_is_scanned_and_its_trace_finished() {
         traced.stderr()
     );
     assert_eq!(traced.files.len(), 1, "{:?}", traced.files);
+    // The spool's name went before the chroot hid it: none is left.
+    assert_eq!(spools(&traced.dir), Vec::<PathBuf>::new());
     let s = read_scan(&traced.files[0]).unwrap_or_else(|e| panic!("{e}"));
     assert!(s.scanned);
     assert_eq!((s.unclassified, s.stray), (0, 0));

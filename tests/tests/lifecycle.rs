@@ -595,6 +595,45 @@ fn fork_not_followed_traces_the_parent_only() {
     assert_trace_figures(&trace, FORK_PARENT, "fork parent, children not followed");
 }
 
+/// drop_root.c's worker and parent (see its header).
+const DROP_ROOT_WORKER: Figures = Figures::new(2, 2, 3000, 0, 0);
+const DROP_ROOT_PARENT: Figures = Figures::new(1, 1, 500, 0, 0);
+
+/// A worker forked by a root process gives up root, as server workers do,
+/// by each of the four calls that can. Its trace is finished with its exact
+/// figures, and no spool is left beside it: the spools live in a directory
+/// only root may write, which the worker as nobody could not delete from
+/// (every worker of a traced nginx left its whole spool behind). The parent
+/// keeps root, and its spool until it ends.
+#[test]
+fn a_worker_that_gives_up_root_leaves_no_spool() {
+    for call in ["setuid", "seteuid", "setreuid", "setresuid"] {
+        let cmd = Cmd::new(example("drop_root")).arg(call);
+        let plain = cmd.run_plain();
+        if String::from_utf8_lossy(&plain.stdout) == "no root\n" {
+            eprintln!("skipped: giving up root needs root");
+            return;
+        }
+        assert_eq!(
+            String::from_utf8_lossy(&plain.stdout),
+            "worker uid 65534\ndone\n",
+            "{call}"
+        );
+        let run = run_traced(&cmd, &[]);
+        assert_same_behaviour(&plain, &run, call);
+        assert_eq!(spools(&run.dir), Vec::<std::path::PathBuf>::new(), "{call}");
+        assert_eq!(run.files.len(), 2, "{call}: {:?}", run.files);
+        let by_pid = traces_by_pid(&run);
+        let parent = &by_pid.get(&run.pid).expect("the parent's trace")[0];
+        assert_trace_figures(parent, DROP_ROOT_PARENT, &format!("{call}: parent"));
+        let (_, worker) = by_pid.iter().find(|(pid, _)| **pid != run.pid).unwrap();
+        assert_trace_figures(&worker[0], DROP_ROOT_WORKER, &format!("{call}: worker"));
+        for f in &run.files {
+            assert_validates(f);
+        }
+    }
+}
+
 /// raw_clone.c's parent (see its header); its child is not traced.
 const RAW_CLONE_PARENT: Figures = Figures::new(1, 1, 1000, 0, 0);
 

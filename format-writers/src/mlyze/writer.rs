@@ -998,6 +998,12 @@ pub type SpoolCopier = Box<dyn FnMut(u64, u64) -> io::Result<u64> + Send>;
 /// while the writer finishes.
 pub type SpoolReader = std::sync::Arc<dyn FileExt + Send + Sync>;
 
+/// Deletes the spool after a successful `finish`, in place of removing the
+/// path given to [`Writer::with_spool`]: for a caller that may have taken
+/// the name away already (the preload library gives it up before a process
+/// drops root or chroots, which would leave it out of the process's reach).
+pub type SpoolRemover = Box<dyn FnOnce() + Send>;
+
 /// Writes `bytes` at `offset` of the output, counted from the writer's
 /// first byte (`pwrite` on a fresh file), after everything else was
 /// written and flushed. With one, `finish` writes the metadata once and
@@ -1038,6 +1044,8 @@ struct SpoolFile {
     reader: Option<SpoolReader>,
     /// Deleted after a successful `finish`, when known.
     path: Option<PathBuf>,
+    /// Called instead of deleting `path`, when set.
+    remover: Option<SpoolRemover>,
     /// Bytes written so far.
     len: u64,
     /// `(offset, length)` of every event chunk's payload, in order.
@@ -1371,7 +1379,9 @@ impl<W: Write> Writer<W> {
         };
         if let Some(sp) = self.spool.take() {
             drop(sp.file);
-            if let Some(path) = &sp.path {
+            if let Some(remove) = sp.remover {
+                remove();
+            } else if let Some(path) = &sp.path {
                 // The file is complete: a spool that can no longer be
                 // reached by its path (a process that chroot'ed, a
                 // directory renamed) stays beside it rather than failing it.
@@ -1548,6 +1558,7 @@ impl<W: Write> Writer<W> {
             copier: None,
             reader: None,
             path,
+            remover: None,
             len: spool::SPOOL_HEADER_LEN as u64,
             event_ranges: Vec::new(),
         });
@@ -1569,6 +1580,14 @@ impl<W: Write> Writer<W> {
     pub fn set_spool_reader(&mut self, reader: SpoolReader) {
         if let Some(sp) = &mut self.spool {
             sp.reader = Some(reader);
+        }
+    }
+
+    /// Has a successful `finish` call `remover` instead of deleting the
+    /// spool's path itself (see [`SpoolRemover`]).
+    pub fn set_spool_remover(&mut self, remover: SpoolRemover) {
+        if let Some(sp) = &mut self.spool {
+            sp.remover = Some(remover);
         }
     }
 
