@@ -1291,8 +1291,8 @@ fn a_caller_provided_spool_gives_the_same_file() {
 }
 
 /// A spool remover is called once, after a successful finish, in place of
-/// deleting the path: the spool is left to the remover (whose caller may
-/// have unlinked it already), and a failed finish calls it not at all.
+/// deleting the path: the spool is left to the remover (whose caller checks
+/// the path leads to it, or empties it), and a failed finish calls it not at all.
 #[test]
 fn a_spool_remover_takes_the_place_of_deleting_the_path() {
     let dir = std::env::temp_dir().join(format!("mlyze-remover-{}", std::process::id()));

@@ -595,18 +595,22 @@ fn fork_not_followed_traces_the_parent_only() {
     assert_trace_figures(&trace, FORK_PARENT, "fork parent, children not followed");
 }
 
-/// drop_root.c's worker and parent (see its header).
+/// drop_root.c's worker and parent (see its header); the worker when it is
+/// killed after its allocations.
 const DROP_ROOT_WORKER: Figures = Figures::new(2, 2, 3000, 0, 0);
 const DROP_ROOT_PARENT: Figures = Figures::new(1, 1, 500, 0, 0);
+const DROP_ROOT_KILLED: Figures = Figures::new(2, 0, 3000, 3000, 2);
 
 /// A worker forked by a root process gives up root, as server workers do,
-/// by each of the four calls that can. Its trace is finished with its exact
-/// figures, and no spool is left beside it: the spools live in a directory
-/// only root may write, which the worker as nobody could not delete from
-/// (every worker of a traced nginx left its whole spool behind). The parent
-/// keeps root, and its spool until it ends.
+/// by each of the four calls that can, in a directory only root may write.
+/// As nobody it cannot delete its spool there: every worker of a traced
+/// nginx left its whole spool beside its finished trace. Its trace is
+/// finished with its exact figures and the spool is emptied (0 bytes),
+/// which `tracer run` removes; `tracer recover` says there is nothing in
+/// it. Killed instead, the worker leaves its whole spool, and the recovered
+/// trace has every allocation it made.
 #[test]
-fn a_worker_that_gives_up_root_leaves_no_spool() {
+fn a_worker_that_gives_up_root_empties_its_spool_or_leaves_it_whole() {
     for call in ["setuid", "seteuid", "setreuid", "setresuid"] {
         let cmd = Cmd::new(example("drop_root")).arg(call);
         let plain = cmd.run_plain();
@@ -621,7 +625,6 @@ fn a_worker_that_gives_up_root_leaves_no_spool() {
         );
         let run = run_traced(&cmd, &[]);
         assert_same_behaviour(&plain, &run, call);
-        assert_eq!(spools(&run.dir), Vec::<std::path::PathBuf>::new(), "{call}");
         assert_eq!(run.files.len(), 2, "{call}: {:?}", run.files);
         let by_pid = traces_by_pid(&run);
         let parent = &by_pid.get(&run.pid).expect("the parent's trace")[0];
@@ -631,7 +634,56 @@ fn a_worker_that_gives_up_root_leaves_no_spool() {
         for f in &run.files {
             assert_validates(f);
         }
+        let left = spools(&run.dir);
+        let mut spool_of_worker = worker[0].path.as_os_str().to_owned();
+        spool_of_worker.push(".spool");
+        assert_eq!(
+            left,
+            vec![std::path::PathBuf::from(spool_of_worker)],
+            "{call}"
+        );
+        assert_eq!(fs::metadata(&left[0]).unwrap().len(), 0, "{call}");
+        let out = tracer(&["recover".as_ref(), left[0].as_os_str()]);
+        assert_eq!(out.status.code(), Some(1));
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("nothing to recover"),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
+
+    // Under `tracer run`, nothing but the two traces is left.
+    let dir = fresh_dir("drop-root-run");
+    let prog = example("drop_root");
+    let out = tracer(&[
+        "run".as_ref(),
+        "--output".as_ref(),
+        dir.join("t-%p").as_os_str(),
+        "--".as_ref(),
+        prog.as_os_str(),
+        "setuid".as_ref(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(spools(&dir), Vec::<std::path::PathBuf>::new());
+    assert_eq!(trace_files(&dir).len(), 2, "{:?}", trace_files(&dir));
+
+    // Killed after giving up root: the spool is whole.
+    let cmd = Cmd::new(example("drop_root")).arg("setuid").arg("killed");
+    let plain = cmd.run_plain();
+    assert_eq!(
+        String::from_utf8_lossy(&plain.stdout),
+        "worker killed\ndone\n"
+    );
+    let mut run = run_traced(&cmd, &[]);
+    assert_same_behaviour(&plain, &run, "killed");
+    assert_eq!(recover_spools(&mut run), 1);
+    let by_pid = traces_by_pid(&run);
+    let (_, worker) = by_pid.iter().find(|(pid, _)| **pid != run.pid).unwrap();
+    assert_trace_figures(&worker[0], DROP_ROOT_KILLED, "killed worker, recovered");
 }
 
 /// raw_clone.c's parent (see its header); its child is not traced.

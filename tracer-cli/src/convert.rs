@@ -214,6 +214,15 @@ pub fn execute(
 /// `tracer recover SPOOL`: turns the spool a killed process left next to its
 /// mlyze file into that file.
 pub fn recover(spool: &Path) -> Result<i32, Failure> {
+    if std::fs::metadata(spool).is_ok_and(|m| m.is_file() && m.len() == 0) {
+        // What the library leaves of a spool it could not delete.
+        return Err(Failure::Message(format!(
+            "{}: byte 0: an empty file, expected the spool magic \"MTRS\": the spool \
+             of a trace its process finished (a process that gave up root or chrooted \
+             empties the spool it can no longer delete); nothing to recover",
+            spool.display()
+        )));
+    }
     let (path, stats) = mlyze::recover(spool).map_err(|e| Failure::format(spool, e))?;
     let mut line = format!(
         "tracer: recovered {} from {} ({} chunks, {} bytes of events",

@@ -388,6 +388,21 @@ fn process_exists(pid: u32) -> bool {
     rc == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
 }
 
+/// Removes the spools of 0 bytes beside the finished trace `f`: the library
+/// empties a spool it can no longer delete (its process gave up root, and the
+/// directory is root's or sticky; or it chrooted). A spool of 0 bytes holds
+/// nothing to recover (a spool starts with its 16-byte header).
+fn remove_emptied_spools(f: &Path) {
+    for spool in format_writers::mlyze::spool_names(f) {
+        let Ok(m) = std::fs::symlink_metadata(&spool) else {
+            break;
+        };
+        if m.is_file() && m.len() == 0 {
+            let _ = std::fs::remove_file(&spool);
+        }
+    }
+}
+
 /// Finds the traces of `files` their process left unfinished and recovers
 /// each whose process is gone (its spool is then removed, as the library
 /// does once it finished the file).
@@ -395,6 +410,9 @@ fn recover_unfinished(files: &[PathBuf]) -> Vec<Unfinished> {
     let mut v = Vec::new();
     for f in files {
         let empty = std::fs::symlink_metadata(f).is_ok_and(|m| m.is_file() && m.len() == 0);
+        if !empty {
+            remove_emptied_spools(f);
+        }
         let Some(spool) = empty
             .then(|| format_writers::mlyze::unfinished_spool(f))
             .flatten()

@@ -197,6 +197,21 @@ pub fn file_size(slot: usize) -> Option<u64> {
     u64::try_from(st.st_size).ok()
 }
 
+/// The device and inode of the file in a slot.
+pub fn identity(slot: usize) -> Option<(u64, u64)> {
+    // SAFETY: `stat` is a C struct of integers, for which zero is valid.
+    let mut st: libc::stat = unsafe { core::mem::zeroed() };
+    // SAFETY: `st` is a live, writable `stat` the kernel fills in.
+    with_fd(slot, |fd| unsafe { libc::fstat(fd, &mut st) as isize }).ok()?;
+    Some((st.st_dev, st.st_ino))
+}
+
+/// Empties the file in a slot (its pages and blocks are given back).
+pub fn truncate(slot: usize) {
+    // SAFETY: ftruncate on a descriptor of ours; no memory is passed.
+    let _ = with_fd(slot, |fd| unsafe { libc::ftruncate(fd, 0) as isize });
+}
+
 /// A `Write` onto the descriptor registered in a slot.
 pub struct FdSink {
     slot: usize,

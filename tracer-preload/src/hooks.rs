@@ -860,26 +860,3 @@ pub unsafe extern "C" fn execl_helper(
     drop(guard);
     exec_common(path, argv.as_ptr(), envp, kind == EXECLP)
 }
-
-// ---------------------------------------------------------------- identity and root
-
-/// Before the process changes its identity or its root directory: when the
-/// change would put the spool's name out of its reach (root giving up its
-/// effective uid cannot delete a file in a directory only root may write,
-/// as an nginx worker turning into www-data; a chroot hides every path),
-/// the name goes now, while it can. The spool is still written and read
-/// through its descriptor; only `tracer recover` after a kill loses it.
-/// Until then a finished trace was left with its whole spool beside it.
-pub fn before_losing_reach(losing: bool) {
-    if !losing || tls::vforked() {
-        return;
-    }
-    let _g = tls::enter();
-    lifecycle::give_up_spool_name();
-}
-
-/// Whether a change to effective uid `euid` (`-1`: unchanged) gives up root.
-pub fn drops_root(euid: libc::uid_t) -> bool {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    euid != libc::uid_t::MAX && euid != 0 && unsafe { libc::geteuid() } == 0
-}

@@ -449,43 +449,6 @@ pub unsafe extern "C" fn __assert_fail(
     hooks::assert_fail(expr, file, line, func)
 }
 
-/// `setuid` and its relatives, and `chroot`: glibc's, after
-/// [`hooks::before_losing_reach`]. Our exported function runs first because
-/// it is found first; a missing glibc function is `ENOSYS`.
-macro_rules! reach_entry {
-    ($name:ident, $real:expr, ($($arg:ident: $ty:ty),*), $losing:expr) => {
-        #[cfg_attr(not(test), no_mangle)]
-        pub unsafe extern "C" fn $name($($arg: $ty),*) -> c_int {
-            type F = unsafe extern "C" fn($($ty),*) -> c_int;
-            syscalls::real!(REAL, $real);
-            hooks::before_losing_reach($losing);
-            match REAL.get::<F>() {
-                Some(f) => f($($arg),*),
-                None => {
-                    sys::set_errno(libc::ENOSYS);
-                    -1
-                }
-            }
-        }
-    };
-}
-
-reach_entry!(setuid, "setuid\0", (uid: libc::uid_t), hooks::drops_root(uid));
-reach_entry!(seteuid, "seteuid\0", (euid: libc::uid_t), hooks::drops_root(euid));
-reach_entry!(
-    setreuid,
-    "setreuid\0",
-    (ruid: libc::uid_t, euid: libc::uid_t),
-    hooks::drops_root(euid)
-);
-reach_entry!(
-    setresuid,
-    "setresuid\0",
-    (ruid: libc::uid_t, euid: libc::uid_t, suid: libc::uid_t),
-    hooks::drops_root(euid)
-);
-reach_entry!(chroot, "chroot\0", (path: *const c_char), true);
-
 /// glibc's `daemon` ends its parent with an `_exit` no hook sees. A naked
 /// entry: the caller's stack pointer (above the return address) and its
 /// callee-saved registers, pushed before any code of ours runs, go to

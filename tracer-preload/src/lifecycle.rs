@@ -681,20 +681,21 @@ fn create_mlyze(wanted: &str) -> std::io::Result<Created> {
         fds::release(out_slot);
         return Err(too_many());
     };
-    keep_spool_name(&spool_path);
     let make = move || {
         let sink = BufWriter::with_capacity(64 * 1024, fds::FdSink::new(out_slot));
-        let mut w =
-            mlyze::Writer::with_spool(sink, fds::FdFile::new(spool_slot), Some(spool_path))?;
+        let mut w = mlyze::Writer::with_spool(
+            sink,
+            fds::FdFile::new(spool_slot),
+            Some(spool_path.clone()),
+        )?;
         w.set_spool_copier(Box::new(move |off, len| {
             fds::copy_range(spool_slot, out_slot, off, len).map(|n| n as u64)
         }));
         // A replay of the allocations at exit reads the spool beside the
         // thread finishing the file (see `writer::State::finish_alongside_scan`).
         w.set_spool_reader(std::sync::Arc::new(fds::FdSink::new(spool_slot)));
-        // The spool's name may have gone already (see `give_up_spool_name`).
-        w.set_spool_remover(Box::new(|| {
-            give_up_spool_name();
+        w.set_spool_remover(Box::new(move || {
+            remove_or_empty_spool(&spool_path, spool_slot);
         }));
         // The file is new: the writer's first byte is at offset 0.
         w.set_header_patcher(Box::new(move |off, bytes| {
@@ -706,50 +707,25 @@ fn create_mlyze(wanted: &str) -> std::io::Result<Created> {
     Ok((path, vec![out_slot, spool_slot], Box::new(make)))
 }
 
-/// This process's mlyze spool path (a C string from `CString::into_raw`)
-/// while it still has its name, and the process it belongs to. Taken once,
-/// by whoever comes first: the finished file, or a hook about to put the
-/// name out of the process's reach (see `hooks::before_losing_reach`).
-static SPOOL_NAME: AtomicPtr<libc::c_char> = AtomicPtr::new(core::ptr::null_mut());
-static SPOOL_OWNER: AtomicU32 = AtomicU32::new(0);
-
-fn keep_spool_name(path: &std::path::Path) {
-    use std::os::unix::ffi::OsStrExt as _;
-    let Ok(name) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
-        return;
+/// Deletes a finished file's spool by its name, when the name still leads
+/// to it. A process that can no longer delete it (it gave up root, and the
+/// trace directory is root's or sticky like `/tmp`: every worker of a traced
+/// nginx), or no longer reach it (it chrooted), empties it through its
+/// descriptor instead: a spool of 0 bytes is left beside the finished trace
+/// (`tracer run` removes it) rather than a copy of the whole trace. The
+/// spool keeps its name until then, so such a process killed before it
+/// finishes still leaves everything to `tracer recover`.
+fn remove_or_empty_spool(path: &std::path::Path, slot: usize) {
+    let ours = match (std::fs::symlink_metadata(path), fds::identity(slot)) {
+        (Ok(m), Some(id)) => {
+            use std::os::unix::fs::MetadataExt as _;
+            (m.dev(), m.ino()) == id
+        }
+        _ => false,
     };
-    SPOOL_OWNER.store(sys::raw_getpid(), Ordering::Relaxed);
-    forget_spool_name(SPOOL_NAME.swap(name.into_raw(), Ordering::AcqRel));
-}
-
-/// Frees a name taken from [`SPOOL_NAME`] (null: nothing).
-fn forget_spool_name(p: *mut libc::c_char) {
-    if !p.is_null() {
-        // SAFETY: every pointer stored in SPOOL_NAME came from
-        // CString::into_raw, and the swap that took it out gave it to us
-        // alone.
-        drop(unsafe { std::ffi::CString::from_raw(p) });
+    if !ours || std::fs::remove_file(path).is_err() {
+        fds::truncate(slot);
     }
-}
-
-/// Unlinks this process's spool by its name, if the process still has it
-/// (a copy of the process made by `fork` or `clone` has the name of a spool
-/// that is not its own). `errno` is preserved.
-pub fn give_up_spool_name() {
-    if SPOOL_OWNER.load(Ordering::Relaxed) != sys::raw_getpid() {
-        return;
-    }
-    let p = SPOOL_NAME.swap(core::ptr::null_mut(), Ordering::AcqRel);
-    if p.is_null() {
-        return;
-    }
-    let saved = sys::errno();
-    // SAFETY: `p` is a NUL-terminated path (see SPOOL_NAME). The raw call,
-    // not libc's `unlink`: the syscall capture would record that one as the
-    // program's.
-    unsafe { libc::syscall(libc::SYS_unlinkat, libc::AT_FDCWD, p, 0) };
-    sys::set_errno(saved);
-    forget_spool_name(p);
 }
 
 /// dumpalloc writes to any `Write`: a movable descriptor behind an `FdSink`.
@@ -1524,8 +1500,6 @@ extern "C" fn fork_child() {
     crate::syscalls::ring::after_fork_child();
     crate::lane::after_fork_child();
     writer::after_fork_child();
-    // The parent's spool is the parent's to delete.
-    forget_spool_name(SPOOL_NAME.swap(core::ptr::null_mut(), Ordering::AcqRel));
     match state {
         NOT_YET | DISABLED => {}
         INITIALISING => EARLY.with(|list| list.clear()),

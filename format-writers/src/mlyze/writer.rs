@@ -999,9 +999,10 @@ pub type SpoolCopier = Box<dyn FnMut(u64, u64) -> io::Result<u64> + Send>;
 pub type SpoolReader = std::sync::Arc<dyn FileExt + Send + Sync>;
 
 /// Deletes the spool after a successful `finish`, in place of removing the
-/// path given to [`Writer::with_spool`]: for a caller that may have taken
-/// the name away already (the preload library gives it up before a process
-/// drops root or chroots, which would leave it out of the process's reach).
+/// path given to [`Writer::with_spool`]: for a caller that knows better (the
+/// preload library checks that the path still leads to its spool, and
+/// empties the spool through its descriptor when a process that gave up root
+/// or chrooted can no longer delete it).
 pub type SpoolRemover = Box<dyn FnOnce() + Send>;
 
 /// Writes `bytes` at `offset` of the output, counted from the writer's
