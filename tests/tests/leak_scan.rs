@@ -688,6 +688,60 @@ fn an_image_ended_by_exec_is_not_leak_checked() {
     }
 }
 
+/// A process a signal ends (SIGTERM at its default disposition: a pool's
+/// workers terminated, a service stopped) runs no exit, so no scan: its
+/// blocks live then are not leaks (LeakSanitizer checks none there either).
+/// Its files say so (`ended: signal`, `signal: SIGTERM`), and `tracer run
+/// --fail-on-leak` leaves it out: Python's `multiprocessing.Pool` ends its
+/// workers so, and every block each held was reported as a definite leak
+/// (`crash term` keeps 1,000 blocks of 32 bytes in a global array).
+#[test]
+fn a_process_a_signal_ends_is_not_leak_checked() {
+    let dir = fresh_dir("run-signal-ended");
+    let crash = example("crash");
+    let (code, stderr) = tracer_run(
+        &["--leak-check", "--fail-on-leak"],
+        &dir.join("t-%p"),
+        &[crash.as_os_str(), "term".as_ref()],
+    );
+    // The shell's status for a death by SIGTERM: the program's, not 23.
+    assert_eq!(code, 128 + 15, "{stderr}");
+    assert!(
+        stderr.lines().any(|l| l
+            == "tracer: no process exited to be leak-checked; no leak report (1 process ended by a signal, not checked)"),
+        "{stderr}"
+    );
+    let run = run_traced(
+        &Cmd::new(&crash).arg("term"),
+        &[("TRACER_FORMAT", "mlyze,dumpalloc")],
+    );
+    assert_eq!(run.files.len(), 2, "{:?}", run.files);
+    for f in &run.files {
+        let dump = tracer(&["dump".as_ref(), f.as_os_str()]);
+        let text = String::from_utf8_lossy(&dump.stdout);
+        assert!(
+            text.lines().any(|l| l.starts_with("info ")
+                && l.contains(" ended=\"signal\"")
+                && l.contains(" signal=\"SIGTERM\"")),
+            "{}: {text}",
+            f.display()
+        );
+        let leaks = tracer(&["leaks".as_ref(), "--fail".as_ref(), f.as_os_str()]);
+        let text = String::from_utf8_lossy(&leaks.stdout);
+        assert_eq!(leaks.status.code(), Some(0), "{}: {text}", f.display());
+        assert_eq!(
+            text,
+            "No leak check: this process was ended by SIGTERM, which runs no exit; its 1000 \
+             block(s) (32000 byte(s)) live then are not counted as leaks.\n",
+            "{}",
+            f.display()
+        );
+        let report = cli_report(f);
+        assert_eq!(report["leaked_bytes"], 0, "{}", f.display());
+        assert_eq!(report["live_at_exit_bytes"], 32_000, "{}", f.display());
+    }
+}
+
 /// `args` run under valgrind (its first process's log alone: the children
 /// it starts with vfork open logs of their own that end at their exec)
 /// and under libtracer: the first process's indirect and possible classes

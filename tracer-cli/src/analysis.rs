@@ -336,6 +336,23 @@ impl Analysis {
         self.info.iter().any(|(k, v)| k == "ended" && v == "exec")
     }
 
+    /// The signal that ended the traced process (the library's info pairs
+    /// `ended`=`signal` and `signal`=its name), when one did: no exit ran,
+    /// so no leak check applies to it.
+    pub fn ended_by_signal(&self) -> Option<&str> {
+        if !self.info.iter().any(|(k, v)| k == "ended" && v == "signal") {
+            return None;
+        }
+        let name = self.info.iter().rev().find(|(k, _)| k == "signal");
+        Some(name.map_or("a signal", |(_, v)| v.as_str()))
+    }
+
+    /// Whether no leak check applies: an image replaced by `exec`, or a
+    /// process a signal ended.
+    pub fn not_leak_checked(&self) -> bool {
+        self.replaced_by_exec() || self.ended_by_signal().is_some()
+    }
+
     /// Feeds one record.
     #[inline]
     pub fn add(&mut self, record: Record) {
@@ -520,10 +537,10 @@ impl Analysis {
 
     /// Bytes and blocks counted as leaked: the definite and indirect blocks of
     /// the reachability scan when the trace holds one, otherwise every block
-    /// live now; none for an image replaced by `exec` (no leak check applies
-    /// there, as in `tracer leaks`).
+    /// live now; none for an image replaced by `exec` or a process a signal
+    /// ended (no leak check applies there, as in `tracer leaks`).
     pub fn leaked(&self) -> (u64, u64) {
-        if self.replaced_by_exec() {
+        if self.not_leak_checked() {
             return (0, 0);
         }
         if self.leak_scan_ns.is_none() {

@@ -13,7 +13,9 @@
 //! before exit) reports every live block as definite, and says so. An image
 //! that ended by `exec` (info `ended`=`exec`) is not checked: its blocks
 //! went with it, as valgrind and LeakSanitizer see it; its live blocks are
-//! counted (`replaced_by_exec`) and no leak is reported.
+//! counted (`replaced_by_exec`) and no leak is reported; so is a process a
+//! signal ended (info `ended`=`signal`, `signal`=its name: it ran no exit,
+//! as LeakSanitizer checks only processes that exit), in `ended_by_signal`.
 //!
 //! Groups whose stack matches a suppression are left out and counted per
 //! rule. `leaked_bytes`/`leaked_blocks` are the unsuppressed definite and
@@ -113,6 +115,10 @@ pub struct LeaksJson {
     /// The image ended by `exec`: the blocks live then (none is reported).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub replaced_by_exec: Option<Amount>,
+    /// The process was ended by a signal: which, and the blocks live then
+    /// (none is reported).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ended_by_signal: Option<SignalEnd>,
     /// Frames the debug info could not resolve, per module and reason.
     pub unresolved_frames: Vec<UnresolvedNote>,
     #[serde(skip)]
@@ -120,6 +126,14 @@ pub struct LeaksJson {
     /// Source lines of every reported group, for the text and SARIF outputs.
     #[serde(skip)]
     pub lines: Vec<Vec<Line>>,
+}
+
+/// A process a signal ended, and what it had live then.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SignalEnd {
+    pub signal: String,
+    pub bytes: u64,
+    pub blocks: u64,
 }
 
 /// Options of the verb.
@@ -204,9 +218,9 @@ pub fn compute(a: &Analysis, supp: &mut Suppressions, opts: &Options) -> LeaksJs
     let mut groups: FxHashMap<(LeakKind, StackId), Amount> = FxHashMap::default();
     let mut by_kind = ByKind::default();
     let (mut after_scan, mut unclassified) = (Amount::default(), Amount::default());
-    let mut replaced = a.replaced_by_exec().then(Amount::default);
+    let mut unchecked = a.not_leak_checked().then(Amount::default);
     for b in a.live.values() {
-        if let Some(r) = replaced.as_mut() {
+        if let Some(r) = unchecked.as_mut() {
             r.add(b.size, 1);
             continue;
         }
@@ -304,7 +318,15 @@ pub fn compute(a: &Analysis, supp: &mut Suppressions, opts: &Options) -> LeaksJs
         by_kind,
         after_scan,
         unclassified,
-        replaced_by_exec: replaced,
+        replaced_by_exec: unchecked.filter(|_| a.replaced_by_exec()),
+        ended_by_signal: match (a.ended_by_signal(), unchecked) {
+            (Some(signal), Some(live)) if !a.replaced_by_exec() => Some(SignalEnd {
+                signal: signal.to_string(),
+                bytes: live.bytes,
+                blocks: live.blocks,
+            }),
+            _ => None,
+        },
         unresolved_frames: resolver.unresolved(),
         warnings: resolver.warnings(),
         lines,
@@ -337,6 +359,15 @@ pub fn text(out: &mut dyn Write, r: &LeaksJson) -> std::io::Result<()> {
             "No leak check: this image was replaced by exec; its {} block(s) ({} byte(s)) \
              live then went with it.",
             live.blocks, live.bytes
+        )?;
+        return Ok(());
+    }
+    if let Some(end) = &r.ended_by_signal {
+        writeln!(
+            out,
+            "No leak check: this process was ended by {}, which runs no exit; its {} \
+             block(s) ({} byte(s)) live then are not counted as leaks.",
+            end.signal, end.blocks, end.bytes
         )?;
         return Ok(());
     }

@@ -284,6 +284,11 @@ pub fn text(
                 out,
                 "leaked: none counted (the image was replaced by exec: its blocks went with it)"
             )?;
+        } else if let Some(signal) = a.ended_by_signal() {
+            writeln!(
+                out,
+                "leaked: none counted (the process was ended by {signal}: it ran no exit)"
+            )?;
         } else if a.leak_scan_ns.is_some() {
             writeln!(
                 out,

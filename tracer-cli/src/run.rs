@@ -318,10 +318,14 @@ pub fn execute(opts: &Options, out: &mut dyn Write) -> Result<i32, Failure> {
             .cloned()
             .collect();
         let v = leak_check(&checked, &suppressions, &leak_opts, out)?;
-        if v.processes == 0 && v.unreadable == 0 && (!ended.is_empty() || v.replaced > 0) {
+        if v.processes == 0
+            && v.unreadable == 0
+            && (!ended.is_empty() || v.replaced > 0 || v.signalled > 0)
+        {
             writeln!(
                 out,
-                "tracer: no process exited to be leak-checked; no leak report"
+                "tracer: no process exited to be leak-checked; no leak report{}",
+                v.not_checked()
             )?;
         } else if v.processes == 0 && v.unreadable == 0 {
             // Nothing was checked: a static program, or only the syscall
@@ -627,6 +631,8 @@ pub struct Verdict {
     /// Processes whose traced image ended by `exec` (its blocks vanish with
     /// it): not checked.
     pub replaced: u64,
+    /// Processes a signal ended (no exit ran): not checked.
+    pub signalled: u64,
 }
 
 fn plural(n: u64, one: &str, many: &str) -> String {
@@ -658,10 +664,24 @@ impl Verdict {
                 plural(self.unreadable, "trace", "traces")
             ));
         }
+        s.push_str(&self.not_checked());
+        s
+    }
+
+    /// ` (1 image replaced by exec, not checked)`, ` (2 processes ended by a
+    /// signal, not checked)`, or nothing.
+    fn not_checked(&self) -> String {
+        let mut s = String::new();
         if self.replaced > 0 {
             s.push_str(&format!(
                 " ({} replaced by exec, not checked)",
                 plural(self.replaced, "image", "images")
+            ));
+        }
+        if self.signalled > 0 {
+            s.push_str(&format!(
+                " ({} ended by a signal, not checked)",
+                plural(self.signalled, "process", "processes")
             ));
         }
         s
@@ -707,6 +727,12 @@ pub fn leak_check(
         // shell's background job allocates between its fork and the exec).
         if a.replaced_by_exec() {
             v.replaced += 1;
+            continue;
+        }
+        // A process a signal ended ran no exit (a pool's worker terminated):
+        // LeakSanitizer checks none either, and its live blocks are no leaks.
+        if a.ended_by_signal().is_some() {
+            v.signalled += 1;
             continue;
         }
         v.processes += 1;

@@ -1212,9 +1212,19 @@ pub fn before_abort() {
 
 /// The process is about to die of a signal sent to it (SIGTERM, SIGINT,
 /// ...; see `signals`): the files are finished as at exit, without the leak
-/// scan, so the trace is complete without `tracer recover`.
-pub fn before_kill() {
+/// scan, so the trace is complete without `tracer recover`, and say which
+/// signal ended it (`ended: signal`): no exit ran, so no leak check applies.
+pub fn before_kill(sig: libc::c_int) {
+    ENDED_BY_SIGNAL.store(sig, Ordering::SeqCst);
     stop_writer(false);
+}
+
+/// The signal the files being finished end the process with (0: none).
+static ENDED_BY_SIGNAL: core::sync::atomic::AtomicI32 = core::sync::atomic::AtomicI32::new(0);
+
+/// The signal that ends the process whose files are being finished, if one does.
+pub fn ending_by_signal() -> Option<libc::c_int> {
+    Some(ENDED_BY_SIGNAL.load(Ordering::SeqCst)).filter(|&s| s != 0)
 }
 
 /// Allocation events are no longer recorded (the tracer ran out of memory,

@@ -51,6 +51,21 @@ const TERMINATING: [c_int; 7] = [
     libc::SIGXFSZ,
 ];
 
+/// The name of a signal that ends a sane process ([`TERMINATING`]), as
+/// the files say it ended.
+pub fn name(sig: c_int) -> &'static str {
+    match sig {
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGINT => "SIGINT",
+        libc::SIGHUP => "SIGHUP",
+        libc::SIGQUIT => "SIGQUIT",
+        libc::SIGPIPE => "SIGPIPE",
+        libc::SIGXCPU => "SIGXCPU",
+        libc::SIGXFSZ => "SIGXFSZ",
+        _ => "a signal",
+    }
+}
+
 /// Bit `n` set: our handler is installed for signal `n`.
 static OURS: AtomicU64 = AtomicU64::new(0);
 
@@ -112,7 +127,7 @@ extern "C" fn on_fatal(sig: c_int, _info: *mut libc::siginfo_t, _ctx: *mut c_voi
     {
         let _g = tls::enter();
         if TERMINATING.contains(&sig) {
-            lifecycle::before_kill();
+            lifecycle::before_kill(sig);
         } else {
             lifecycle::before_abort();
         }

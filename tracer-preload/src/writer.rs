@@ -504,6 +504,11 @@ pub fn run(
     st.drain_syscalls();
     if crate::lifecycle::ending_by_exec() {
         st.emit(&Record::Info(vec![("ended".into(), "exec".into())]));
+    } else if let Some(sig) = crate::lifecycle::ending_by_signal() {
+        st.emit(&Record::Info(vec![
+            ("ended".into(), "signal".into()),
+            ("signal".into(), crate::signals::name(sig).into()),
+        ]));
     }
     st.finish(ctl, drained);
     ctl.stderr_first
