@@ -311,6 +311,40 @@ pub fn run_traced(cmd: &Cmd, extra: &[(&str, &str)]) -> Traced {
     }
 }
 
+/// Starts `cmd` under libtracer with its traces in `dir` (`t-%p`), quiet,
+/// without waiting for it: for tests that signal the program or bound its
+/// run themselves ([`wait_within`]).
+pub fn spawn_traced(cmd: &Cmd, dir: &Path) -> std::process::Child {
+    let mut c = cmd.command(&[]);
+    c.env("LD_PRELOAD", tracer_lib())
+        .env("TRACER_OUTPUT", dir.join("t-%p"))
+        .env("TRACER_QUIET", "1")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    c.spawn()
+        .unwrap_or_else(|e| panic!("cannot run {:?}: {e}", cmd.argv))
+}
+
+/// Waits for `child` at most `limit`: its status, or None when it was still
+/// running (it is then killed with SIGKILL and reaped).
+pub fn wait_within(
+    mut child: std::process::Child,
+    limit: std::time::Duration,
+) -> Option<ExitStatus> {
+    let start = std::time::Instant::now();
+    loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Some(status);
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
 /// The trace files (`t-…` with a trace extension) in `dir`, sorted.
 pub fn trace_files(dir: &Path) -> Vec<PathBuf> {
     let mut files: Vec<PathBuf> = fs::read_dir(dir)

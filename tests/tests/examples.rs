@@ -289,6 +289,97 @@ fn killed_by_sigterm_the_trace_is_finished() {
     assert_trace_figures(&trace, CRASH, "crash term");
 }
 
+/// The one trace of a run in `dir`: the finished file, or the one `tracer
+/// recover` makes of the spool left beside its empty name; and whether it
+/// was recovered. Its figures must be those of `exit_in_handler`'s loop
+/// stopped anywhere: every block freed but the 64 or 65 live (fewer when the
+/// trace stops in the first turns).
+fn loop_trace(dir: &std::path::Path, what: &str) -> (Trace, bool) {
+    let left = spools(dir);
+    for spool in &left {
+        let out = tracer(&["recover".as_ref(), spool.as_os_str()]);
+        assert!(
+            out.status.success(),
+            "{what}: tracer recover {}: {}",
+            spool.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let files = trace_files(dir);
+    assert_eq!(files.len(), 1, "{what}: {files:?}");
+    let trace = read_trace(&files[0]).unwrap_or_else(|e| panic!("{what}: {e}"));
+    let f = trace.figures;
+    assert!(
+        f.live_blocks <= 65 && f.allocations - f.frees == f.live_blocks,
+        "{what}: {f:?}"
+    );
+    (trace, !left.is_empty())
+}
+
+/// `examples/exit_in_handler.c timer MS`: a SIGALRM handler calls `exit`
+/// while the program allocates in a loop, often inside glibc's `malloc`
+/// with the allocator's lock held. Our exit handler made its stdio stream
+/// there, a block of the program's heap: about one run in eight waited
+/// forever on the lock its own thread held. Each run must end at once, with
+/// status 0 (24 runs with timers of 10 to 56 ms). An exit that interrupted
+/// the allocator leaves what the writer flushed, as a crash does (the
+/// scan and the writer's finish may need that lock); any other finishes the
+/// file.
+#[test]
+fn exit_from_a_handler_that_interrupted_malloc_ends_the_program() {
+    let mut finished = 0;
+    for ms in (10..58).step_by(2) {
+        let dir = fresh_dir("exit-in-handler");
+        let cmd = Cmd::new(example("exit_in_handler"))
+            .arg("timer")
+            .arg(ms.to_string());
+        let child = spawn_traced(&cmd, &dir);
+        let begun = std::time::Instant::now();
+        let status = wait_within(child, std::time::Duration::from_secs(20))
+            .unwrap_or_else(|| panic!("timer {ms} ms: the traced program hung at exit"));
+        assert!(status.success(), "timer {ms} ms: {}", status_text(&status));
+        // Not a wait for a stalled writer (5 s) either.
+        assert!(
+            begun.elapsed() < std::time::Duration::from_secs(4),
+            "{ms} ms"
+        );
+        let (_, recovered) = loop_trace(&dir, &format!("timer {ms} ms"));
+        finished += usize::from(!recovered);
+    }
+    assert!(finished > 0, "no run finished its file");
+}
+
+/// SIGTERM, at its default disposition, sent at moments spread over the run
+/// of a program allocating in a loop: it often lands inside glibc's
+/// `malloc`. Our handler finished the files, then waited for the writer's
+/// thread to end, and that thread, as it ended, gave its allocator cache
+/// back to the arena whose lock the interrupted thread held: about one
+/// `kill` in ten left the program running for ever; and the writer's finish
+/// itself may need that lock (a stall of 5 s, then a spool). Each of 20
+/// must end the program within 2 s, its trace finished, or, when the signal
+/// arrived inside the allocator, flushed as after a crash.
+#[test]
+fn sigterm_inside_malloc_still_ends_the_program() {
+    for round in 0..20u64 {
+        let dir = fresh_dir("term-in-malloc");
+        let cmd = Cmd::new(example("exit_in_handler")).arg("forever");
+        let child = spawn_traced(&cmd, &dir);
+        std::thread::sleep(std::time::Duration::from_millis(60 + round * 37 % 240));
+        let begun = std::time::Instant::now();
+        // SAFETY: kill(2) on our own child, not yet reaped.
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        let status = wait_within(child, std::time::Duration::from_secs(15))
+            .unwrap_or_else(|| panic!("round {round}: SIGTERM did not end the traced program"));
+        assert_eq!(status_text(&status), "signal 15", "round {round}");
+        assert!(
+            begun.elapsed() < std::time::Duration::from_secs(2),
+            "round {round}: {:?}",
+            begun.elapsed()
+        );
+        loop_trace(&dir, &format!("round {round}"));
+    }
+}
+
 /// `examples/killed.c`: 100 allocations of 48 bytes, 40 freed, then a
 /// pause and SIGKILL.
 const KILLED: Figures = Figures::new(100, 40, 4_800, 2_880, 60);

@@ -23,7 +23,7 @@ use crate::{fds, lifecycle, sys, syscalls, tls};
 // ---------------------------------------------------------------- allocation
 
 pub unsafe fn malloc(size: size_t, entry: u64) -> *mut c_void {
-    let p = sys::__libc_malloc(size);
+    let p = tls::in_allocator(|| sys::__libc_malloc(size));
     if !p.is_null() {
         lifecycle::on_alloc(p as u64, size as u64, false, entry);
     }
@@ -34,11 +34,11 @@ pub unsafe fn free(ptr: *mut c_void) {
     if !ptr.is_null() {
         lifecycle::on_free(ptr as u64, false);
     }
-    sys::__libc_free(ptr)
+    tls::in_allocator(|| sys::__libc_free(ptr))
 }
 
 pub unsafe fn calloc(n: size_t, size: size_t, entry: u64) -> *mut c_void {
-    let p = sys::__libc_calloc(n, size);
+    let p = tls::in_allocator(|| sys::__libc_calloc(n, size));
     if !p.is_null() {
         lifecycle::on_alloc(p as u64, (n as u64).wrapping_mul(size as u64), false, entry);
     }
@@ -52,10 +52,10 @@ pub unsafe fn realloc(ptr: *mut c_void, size: size_t, entry: u64) -> *mut c_void
     if size == 0 {
         // glibc frees the block and returns NULL.
         lifecycle::on_free(ptr as u64, false);
-        return sys::__libc_realloc(ptr, 0);
+        return tls::in_allocator(|| sys::__libc_realloc(ptr, 0));
     }
     lifecycle::on_free(ptr as u64, true);
-    let q = sys::__libc_realloc(ptr, size);
+    let q = tls::in_allocator(|| sys::__libc_realloc(ptr, size));
     if q.is_null() {
         lifecycle::on_realloc_failed();
     } else {
@@ -75,7 +75,7 @@ pub unsafe fn reallocarray(ptr: *mut c_void, n: size_t, size: size_t, entry: u64
 }
 
 pub unsafe fn memalign(align: size_t, size: size_t, entry: u64) -> *mut c_void {
-    let p = sys::__libc_memalign(align, size);
+    let p = tls::in_allocator(|| sys::__libc_memalign(align, size));
     if !p.is_null() {
         lifecycle::on_alloc(p as u64, size as u64, false, entry);
     }
@@ -102,7 +102,7 @@ pub unsafe fn posix_memalign(
         return libc::EINVAL;
     }
     let saved = sys::errno();
-    let p = sys::__libc_memalign(align, size);
+    let p = tls::in_allocator(|| sys::__libc_memalign(align, size));
     sys::set_errno(saved);
     if p.is_null() {
         return libc::ENOMEM;
@@ -113,7 +113,7 @@ pub unsafe fn posix_memalign(
 }
 
 pub unsafe fn valloc(size: size_t, entry: u64) -> *mut c_void {
-    let p = sys::__libc_valloc(size);
+    let p = tls::in_allocator(|| sys::__libc_valloc(size));
     if !p.is_null() {
         lifecycle::on_alloc(p as u64, size as u64, false, entry);
     }
@@ -121,7 +121,7 @@ pub unsafe fn valloc(size: size_t, entry: u64) -> *mut c_void {
 }
 
 pub unsafe fn pvalloc(size: size_t, entry: u64) -> *mut c_void {
-    let p = sys::__libc_pvalloc(size);
+    let p = tls::in_allocator(|| sys::__libc_pvalloc(size));
     if !p.is_null() {
         lifecycle::on_alloc(p as u64, size as u64, false, entry);
     }
@@ -132,7 +132,7 @@ pub unsafe fn mallopt(param: c_int, value: c_int) -> c_int {
     if param == libc::M_MMAP_THRESHOLD && (value as i64) < crate::scan::EXACT_FROM as i64 {
         crate::scan::set_exact_sizes();
     }
-    sys::__libc_mallopt(param, value)
+    tls::in_allocator(|| sys::__libc_mallopt(param, value))
 }
 
 /// The `malloc_usable_size` of the object that defines the `__libc_malloc`

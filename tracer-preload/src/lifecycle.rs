@@ -841,6 +841,7 @@ fn start(rx: Option<Receiver<Msg>>) -> bool {
     }
     crate::lane::init();
     mark_address_space();
+    prepare_exit_stream();
     let early = EARLY.with(|list| {
         STATE.store(TRACING, Ordering::Release);
         std::mem::take(list)
@@ -1040,28 +1041,47 @@ pub fn alongside<'a, T: Send, R>(
     }
 }
 
-/// Waits for the writer thread to end and takes back its receiver.
+/// Waits for the writer thread to end, at most [`JOIN_LIMIT`], and takes
+/// back its receiver. Bounded: the writer's thread, its files finished,
+/// gives its allocator cache back to glibc's arenas as it ends, and an arena
+/// whose lock the stopping thread itself holds (it was interrupted inside
+/// `malloc`) never comes free.
 fn join_writer() -> Option<Receiver<Msg>> {
     if !WRITER_RUNNING.swap(false, Ordering::AcqRel) {
         return None;
     }
     let t = WRITER_THREAD.load(Ordering::Acquire) as libc::pthread_t;
     let mut ret: *mut libc::c_void = core::ptr::null_mut();
-    // SAFETY: `t` is the writer thread, joined at most once (WRITER_RUNNING);
-    // it returns a leaked Box<Receiver>.
+    // SAFETY: a timespec is plain integers; clock_gettime fills it in.
+    let mut deadline: libc::timespec = unsafe { core::mem::zeroed() };
+    // SAFETY: `deadline` is a live timespec; CLOCK_REALTIME is always there.
+    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut deadline) };
+    deadline.tv_sec += JOIN_LIMIT.as_secs() as libc::time_t;
+    // SAFETY: `t` is the writer thread, joined at most once (WRITER_RUNNING;
+    // after a timeout it is never joined again); it returns a leaked
+    // Box<Receiver>.
     unsafe {
-        if libc::pthread_join(t, &mut ret) != 0 || ret.is_null() {
+        if libc::pthread_timedjoin_np(t, &mut ret, &deadline) != 0 || ret.is_null() {
             return None;
         }
         Some(*Box::from_raw(ret.cast::<Receiver<Msg>>()))
     }
 }
 
+/// How long [`join_writer`] waits for the writer's thread to end.
+const JOIN_LIMIT: Duration = Duration::from_secs(1);
+
 // ---------------------------------------------------------------- the end
 
-/// Stops the writer and waits (bounded) for the files to be finished; returns
-/// the channel's receiver when the writer ended, for a restart.
-fn stop_writer(print: bool) -> Option<Receiver<Msg>> {
+/// Stops the writer and waits (bounded) for the files to be finished; with
+/// `rejoin`, also for its thread to end (bounded), and returns the channel's
+/// receiver, for a restart. Without, the thread ends on its own: a process
+/// that exits or dies of a signal has no use for the receiver, and a thread
+/// interrupted inside `malloc` (a SIGTERM at its default disposition arrives
+/// there about one time in ten in an allocation loop) holds the arena lock
+/// the writer's thread needs to end: a join there waited forever, and
+/// `kill` no longer ended the program.
+fn stop_writer(print: bool, rejoin: bool) -> Option<Receiver<Msg>> {
     if sys::raw_getpid() != TRACED_PID.load(Ordering::Relaxed) {
         return None; // a vfork child: the parent's trace is not ours to end
     }
@@ -1117,7 +1137,11 @@ fn stop_writer(print: bool) -> Option<Receiver<Msg>> {
     if print {
         say_written(ctl);
     }
-    join_writer()
+    if rejoin {
+        join_writer()
+    } else {
+        None
+    }
 }
 
 /// The summary line naming the files the writer finished (unless quiet).
@@ -1204,9 +1228,19 @@ fn request_flush(ctl: &Control, limit: Duration) {
 /// The process is about to die abnormally (`abort`, a failed `assert`): have
 /// the writer put everything queued so far into the files (the mlyze spool is
 /// then recoverable with every event), waiting at most a second.
+///
+/// A thread inside glibc's allocator (a signal arrived there; glibc's own
+/// `abort` on a corrupted heap) may hold the allocator's lock, which the
+/// writer's flush may need: it waits a quarter of a second at most, and the
+/// spool keeps what the writer flushed before (about every 100 ms).
 pub fn before_abort() {
     if let Some(ctl) = tracing_control() {
-        request_flush(ctl, Duration::from_secs(1));
+        let limit = if tls::interrupted_allocator() {
+            Duration::from_millis(250)
+        } else {
+            Duration::from_secs(1)
+        };
+        request_flush(ctl, limit);
     }
 }
 
@@ -1216,7 +1250,7 @@ pub fn before_abort() {
 /// signal ended it (`ended: signal`): no exit ran, so no leak check applies.
 pub fn before_kill(sig: libc::c_int) {
     ENDED_BY_SIGNAL.store(sig, Ordering::SeqCst);
-    stop_writer(false);
+    stop_writer(false, false);
 }
 
 /// The signal the files being finished end the process with (0: none).
@@ -1342,13 +1376,42 @@ extern "C" {
 /// definitely lost (`examples/leaks/late_atexit.c`). So the scan and the
 /// files wait for the end of the exit handlers: `exit` flushes every
 /// stdio stream after the last of them (`_IO_cleanup`, before `_exit`),
-/// and a stream of ours, opened here with one byte pending, has its write
-/// callback run then. Should a later handler flush every stream or end the
-/// process with `_exit` first, the work is done there. False when the
-/// stream cannot be made: the work is done now.
+/// and a stream of ours ([`prepare_exit_stream`]), given one byte here,
+/// has its write callback run then. Should a later handler flush every
+/// stream or end the process with `_exit` first, the work is done there.
+/// False when there is no stream: the work is done now.
 fn defer_exit() -> bool {
     if !is_traced_process() || STATE.load(Ordering::Acquire) != TRACING {
         return false;
+    }
+    let f = EXIT_STREAM.load(Ordering::Acquire);
+    if f.is_null() {
+        return false;
+    }
+    let _g = tls::enter();
+    EXIT_DEFERRED.store(true, Ordering::SeqCst);
+    // SAFETY: `f` is our open stream (a close clears EXIT_STREAM first); the
+    // byte stays in its static buffer until a flush: no allocation.
+    if unsafe { libc::fputc(i32::from(b'.'), f) } == libc::EOF {
+        EXIT_DEFERRED.store(false, Ordering::SeqCst);
+        return false;
+    }
+    true
+}
+
+/// The stream [`defer_exit`] gives its byte to: null until made, or once
+/// closed (by a program's `fcloseall`).
+static EXIT_STREAM: AtomicPtr<libc::FILE> = AtomicPtr::new(core::ptr::null_mut());
+
+/// Makes [`defer_exit`]'s stream, once per address space (a fork's child
+/// has its parent's), when tracing starts. Made at exit, it took a block of
+/// the program's heap there: a program that calls `exit` from a signal
+/// handler that interrupted `malloc` (a timer's handler, a SIGINT handler)
+/// holds the allocator's lock, and waited on it forever
+/// (`examples/exit_in_handler.c`).
+fn prepare_exit_stream() {
+    if !EXIT_STREAM.load(Ordering::Acquire).is_null() {
+        return;
     }
     let _g = tls::enter();
     let io = CookieIo {
@@ -1361,16 +1424,16 @@ fn defer_exit() -> bool {
     // glibc keeps it until the process ends.
     let f = unsafe { fopencookie(core::ptr::null_mut(), c"w".as_ptr(), io) };
     if f.is_null() {
-        return false;
+        return;
     }
     // The stream's buffer is ours, not one of BUFSIZ from the program's
     // heap: a request that large makes glibc consolidate every free chunk
     // in its fast bins first, and a program that freed a heap of small
-    // blocks before exiting paid for it here (perl's 300k-entry hash: ~190
-    // ms, 16% of the traced run, in `malloc_consolidate` under our `fputc`).
-    // SAFETY: the buffer is static, used by this stream alone (this runs
-    // once: `EXIT_DEFERRED` is set only here and the state leaves TRACING
-    // at exit), and outlives it.
+    // blocks before exiting paid for it at exit (perl's 300k-entry hash:
+    // ~190 ms, 16% of the traced run, in `malloc_consolidate` under our
+    // `fputc`).
+    // SAFETY: the buffer is static, used by this stream alone (made once
+    // per address space), and outlives it.
     let set = unsafe {
         libc::setvbuf(
             f,
@@ -1380,16 +1443,11 @@ fn defer_exit() -> bool {
         )
     };
     if set != 0 {
-        return false;
+        // SAFETY: `f` is the stream just opened, not yet shared.
+        unsafe { libc::fclose(f) };
+        return;
     }
-    EXIT_DEFERRED.store(true, Ordering::SeqCst);
-    // SAFETY: `f` is the stream just opened; the byte stays in its buffer
-    // until a flush.
-    if unsafe { libc::fputc(i32::from(b'.'), f) } == libc::EOF {
-        EXIT_DEFERRED.store(false, Ordering::SeqCst);
-        return false;
-    }
-    true
+    EXIT_STREAM.store(f, Ordering::Release);
 }
 
 /// The buffer of [`defer_exit`]'s stream (one byte is ever written).
@@ -1410,6 +1468,7 @@ unsafe extern "C" fn exit_stream_write(
 }
 
 unsafe extern "C" fn exit_stream_close(_cookie: *mut libc::c_void) -> libc::c_int {
+    EXIT_STREAM.store(core::ptr::null_mut(), Ordering::Release);
     run_deferred_exit();
     0
 }
@@ -1432,7 +1491,7 @@ extern "C" fn at_quick_exit() {
 /// The last exit handler of `exit` or `quick_exit` (`name`): the scan from
 /// the frame that called it, then the files.
 fn at_exit_of(name: &core::ffi::CStr) {
-    if orphaned() {
+    if orphaned() || exit_inside_allocator() {
         return;
     }
     crate::syscalls::before_exit_handler();
@@ -1443,7 +1502,21 @@ fn at_exit_of(name: &core::ffi::CStr) {
         stop_after_scan(at);
         return;
     }
-    stop_writer(true);
+    stop_writer(true, false);
+}
+
+/// An exit from a signal handler that interrupted glibc's allocator (`_exit`
+/// is allowed there, and `exit` is common): this thread may hold the
+/// allocator's lock, which the scan and the writer's finish may need, and
+/// nothing would release it. The files keep what the writer flushed (a
+/// spool for `tracer recover`, as after a crash), and the process ends at
+/// once. True when that was done.
+fn exit_inside_allocator() -> bool {
+    if !tls::interrupted_allocator() || !is_traced_process() {
+        return false;
+    }
+    before_abort();
+    true
 }
 
 /// `_exit`/`_Exit`: finish the files, then leave.
@@ -1457,7 +1530,7 @@ pub fn before_exit() {
 /// higher.
 #[inline(always)]
 pub fn before_exit_from(sp: u64) {
-    if orphaned() {
+    if orphaned() || exit_inside_allocator() {
         return;
     }
     if is_traced_process() && crate::scan::enabled() {
@@ -1469,7 +1542,7 @@ pub fn before_exit_from(sp: u64) {
         stop_after_scan(at);
         return;
     }
-    stop_writer(true);
+    stop_writer(true, false);
 }
 
 /// The process ends at `at`: asks for the leak scan, with this thread's
@@ -1480,7 +1553,7 @@ fn stop_after_scan(at: crate::scan::ExitPoint) {
     crate::scan::hold_exit();
     crate::scan::request(at);
     drop(g);
-    stop_writer(true);
+    stop_writer(true, false);
     crate::scan::release_exit(true);
 }
 
@@ -1599,7 +1672,7 @@ pub fn before_exec() -> bool {
         return false;
     }
     ENDED_BY_EXEC.store(true, Ordering::SeqCst);
-    match stop_writer(true) {
+    match stop_writer(true, true) {
         Some(rx) => {
             RESUME_RX.store(Box::into_raw(Box::new(rx)), Ordering::Release);
             true

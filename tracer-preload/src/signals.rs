@@ -126,9 +126,13 @@ extern "C" fn on_fatal(sig: c_int, _info: *mut libc::siginfo_t, _ctx: *mut c_voi
     let saved = sys::errno();
     {
         let _g = tls::enter();
-        if TERMINATING.contains(&sig) {
+        if TERMINATING.contains(&sig) && !tls::interrupted_allocator() {
             lifecycle::before_kill(sig);
         } else {
+            // A crash; or a signal that arrived inside glibc's allocator,
+            // maybe holding its lock, which the writer may need to finish the
+            // files: they keep what was flushed, as after a crash (`tracer
+            // recover`), rather than the process waiting on a lock it holds.
             lifecycle::before_abort();
         }
     }

@@ -16,7 +16,7 @@
 //! (`#[thread_local]` and `-Z tls-model` are unstable.) Initial-exec TLS is
 //! what a preloaded library gets anyway (the loader sets every start-up
 //! object's TLS in the static block); a late `dlopen` of the library is
-//! served from glibc's surplus static TLS (our block is 48 bytes).
+//! served from glibc's surplus static TLS (our block is 56 bytes).
 
 use core::cell::Cell;
 use core::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
@@ -166,6 +166,8 @@ pub struct Hot {
     /// Stacks this thread sent to the writer, wrapping (`dlclose` asks
     /// whether the unloading object's destructors made new ones).
     stacks_sent: Cell<u8>,
+    /// Inside glibc's allocator, called by a hook (see [`in_allocator`]).
+    in_allocator: Cell<bool>,
     /// The OS thread id, 0 until first asked.
     tid: Cell<u32>,
     /// This thread's syscall ring (`syscalls::ring`), null until taken.
@@ -186,7 +188,7 @@ pub struct Hot {
     pub side: AtomicPtr<core::ffi::c_void>,
 }
 
-// The block behind `hot()`: 48 zero bytes of `.tbss`, 8-aligned, hidden.
+// The block behind `hot()`: 56 zero bytes of `.tbss`, 8-aligned, hidden.
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 core::arch::global_asm!(
     ".pushsection .tbss,\"awT\",@nobits",
@@ -194,18 +196,18 @@ core::arch::global_asm!(
     ".globl tracer_hot_tls",
     ".hidden tracer_hot_tls",
     ".type tracer_hot_tls,@object",
-    ".size tracer_hot_tls,48",
+    ".size tracer_hot_tls,56",
     "tracer_hot_tls:",
-    ".zero 48",
+    ".zero 56",
     ".popsection",
 );
-const _: () = assert!(core::mem::size_of::<Hot>() == 48);
+const _: () = assert!(core::mem::size_of::<Hot>() == 56);
 
 /// This thread's [`Hot`] fields: one initial-exec TLS address computation.
 #[inline(always)]
 pub fn hot() -> &'static Hot {
     let p: *const Hot;
-    // SAFETY: `tracer_hot_tls` is a 48-byte, 8-aligned TLS symbol of this
+    // SAFETY: `tracer_hot_tls` is a 56-byte, 8-aligned TLS symbol of this
     // object (above); `fs:0` holds the thread pointer (x86-64 TLS ABI) and
     // the GOT entry its offset from it, so the sum is this thread's copy,
     // zero-initialised, valid for the thread's whole life. The result
@@ -385,6 +387,27 @@ pub fn vforked() -> bool {
 /// Set before the `vfork` system call, cleared when it returned in the parent.
 pub fn set_vforked(v: bool) {
     hot().vfork.set(v);
+}
+
+/// Runs `call` (a call into glibc's allocator made by a hook) marked as
+/// such on this thread: a signal that arrives inside it may find the
+/// allocator's lock held by this very thread, and whatever its handler
+/// waits for must not need that lock (`signals`, the exit).
+#[inline(always)]
+pub fn in_allocator<R>(call: impl FnOnce() -> R) -> R {
+    let h = hot();
+    // A handler that calls the allocator while an interrupted call holds
+    // its lock leaves the mark as it found it.
+    let was = h.in_allocator.replace(true);
+    let r = call();
+    h.in_allocator.set(was);
+    r
+}
+
+/// Whether this thread was inside glibc's allocator, called by a hook, when
+/// the signal being handled arrived (or is now).
+pub fn interrupted_allocator() -> bool {
+    hot().in_allocator.get()
 }
 
 /// Whether this thread is inside `pthread_getattr_np`.
