@@ -392,7 +392,9 @@ pub fn set_vforked(v: bool) {
 /// Runs `call` (a call into glibc's allocator made by a hook) marked as
 /// such on this thread: a signal that arrives inside it may find the
 /// allocator's lock held by this very thread, and whatever its handler
-/// waits for must not need that lock (`signals`, the exit).
+/// waits for must not need that lock (`signals`, the exit). The tracer's
+/// own heap (`alloc`) is not marked: its calls on a program's thread are
+/// rare (a new lane, a rule computed).
 #[inline(always)]
 pub fn in_allocator<R>(call: impl FnOnce() -> R) -> R {
     let h = hot();
