@@ -338,10 +338,12 @@ fn exit_from_a_handler_that_interrupted_malloc_ends_the_program() {
         let status = wait_within(child, std::time::Duration::from_secs(20))
             .unwrap_or_else(|| panic!("timer {ms} ms: the traced program hung at exit"));
         assert!(status.success(), "timer {ms} ms: {}", status_text(&status));
-        // Not a wait for a stalled writer (5 s) either.
+        // Not a wait for a stalled writer either (the exit gives up after
+        // 5 s without progress): a stall, not a speed, is what this bounds.
         assert!(
-            begun.elapsed() < std::time::Duration::from_secs(4),
-            "{ms} ms"
+            begun.elapsed() < std::time::Duration::from_millis(4500),
+            "{ms} ms: {:?}",
+            begun.elapsed()
         );
         let (_, recovered) = loop_trace(&dir, &format!("timer {ms} ms"));
         finished += usize::from(!recovered);
@@ -356,8 +358,8 @@ fn exit_from_a_handler_that_interrupted_malloc_ends_the_program() {
 /// back to the arena whose lock the interrupted thread held: about one
 /// `kill` in ten left the program running for ever; and the writer's finish
 /// itself may need that lock (a stall of 5 s, then a spool). Each of 20
-/// must end the program within 2 s, its trace finished, or, when the signal
-/// arrived inside the allocator, flushed as after a crash.
+/// must end the program before such a stall, its trace finished, or, when
+/// the signal arrived inside the allocator, flushed as after a crash.
 #[test]
 fn sigterm_inside_malloc_still_ends_the_program() {
     for round in 0..20u64 {
@@ -371,8 +373,10 @@ fn sigterm_inside_malloc_still_ends_the_program() {
         let status = wait_within(child, std::time::Duration::from_secs(15))
             .unwrap_or_else(|| panic!("round {round}: SIGTERM did not end the traced program"));
         assert_eq!(status_text(&status), "signal 15", "round {round}");
+        // Not a wait for a stalled writer either (5 s without progress):
+        // a stall, not a speed, is what this bounds.
         assert!(
-            begun.elapsed() < std::time::Duration::from_secs(2),
+            begun.elapsed() < std::time::Duration::from_millis(4500),
             "round {round}: {:?}",
             begun.elapsed()
         );
