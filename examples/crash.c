@@ -14,6 +14,12 @@
  *   term     sends itself SIGTERM: killed by SIGTERM;
  *   handled  installs its own SIGSEGV handler (it calls _exit(3)), then
  *            writes through a null pointer: exit status 3.
+ *   reraise  installs a SIGTERM handler that cleans up, restores the
+ *            default and raises the signal again (the idiom of Node.js,
+ *            coreutils' sort, ...), then sends itself SIGTERM: killed by
+ *            SIGTERM.
+ *   segv-reraise  the same with SIGSEGV, then writes through a null
+ *            pointer: killed by SIGSEGV.
  */
 #include <signal.h>
 #include <stdlib.h>
@@ -41,6 +47,13 @@ static void on_segv(int sig)
     _exit(3);
 }
 
+/* Cleans up (nothing here), then lets the signal do what it would have. */
+static void reraise(int sig)
+{
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "segv";
@@ -60,7 +73,12 @@ int main(int argc, char **argv)
         free(blocks[i]);
     if (strcmp(mode, "term") == 0) {
         kill(getpid(), SIGTERM);
+    } else if (strcmp(mode, "reraise") == 0) {
+        signal(SIGTERM, reraise);
+        kill(getpid(), SIGTERM);
     } else {
+        if (strcmp(mode, "segv-reraise") == 0)
+            signal(SIGSEGV, reraise);
         if (strcmp(mode, "handled") == 0)
             signal(SIGSEGV, on_segv);
         *(volatile int *)0 = 1;

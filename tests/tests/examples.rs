@@ -384,6 +384,38 @@ fn sigterm_inside_malloc_still_ends_the_program() {
     }
 }
 
+/// A program whose own handler cleans up, restores the default and raises
+/// the signal again (Node.js does it for SIGINT and SIGTERM): the signal
+/// that ends it comes from `raise`, with no handler of ours to see it.
+/// Before, its trace was a spool holding what the writer had flushed (about
+/// every 100 ms: nothing of this short run); now `raise` finishes the files
+/// first for SIGTERM, as our handler does (the trace says `ended: signal`),
+/// and flushes them for SIGSEGV, as after any crash.
+#[test]
+fn a_signal_the_program_raises_again_from_its_own_handler() {
+    let cmd = Cmd::new(example("crash")).arg("reraise");
+    let plain = cmd.run_plain();
+    let run = run_traced(&cmd, &[]);
+    assert_same_behaviour(&plain, &run, "crash reraise");
+    assert_eq!(status_text(&run.output.status), "signal 15");
+    assert_eq!(spools(&run.dir), Vec::<std::path::PathBuf>::new());
+    let trace = single_trace(&run);
+    assert_trace_figures(&trace, CRASH, "crash reraise");
+    let dump = tracer(&["dump".as_ref(), trace.path.as_os_str()]);
+    let text = String::from_utf8_lossy(&dump.stdout);
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("info ") && l.contains(" signal=\"SIGTERM\"")),
+        "{text}"
+    );
+    // A crash re-raised: the spool holds every event.
+    cmd_traced_matches(
+        &Cmd::new(example("crash")).arg("segv-reraise"),
+        "crash segv-reraise",
+        CRASH,
+    );
+}
+
 /// `examples/killed.c`: 100 allocations of 48 bytes, 40 freed, then a
 /// pause and SIGKILL.
 const KILLED: Figures = Figures::new(100, 40, 4_800, 2_880, 60);

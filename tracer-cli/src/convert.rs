@@ -217,9 +217,10 @@ pub fn recover(spool: &Path) -> Result<i32, Failure> {
     if std::fs::metadata(spool).is_ok_and(|m| m.is_file() && m.len() == 0) {
         // What the library leaves of a spool it could not delete.
         return Err(Failure::Message(format!(
-            "{}: byte 0: an empty file, expected the spool magic \"MTRS\": the spool \
-             of a trace its process finished (a process that gave up root or chrooted \
-             empties the spool it can no longer delete); nothing to recover",
+            "{}: byte 0: an empty file, expected the spool magic \"MTRS\": nothing to \
+             recover (the library empties the spool of a finished trace that its process, \
+             having given up root or chrooted, can no longer delete; a process that died \
+             before its writer wrote anything leaves one empty too)",
             spool.display()
         )));
     }

@@ -390,6 +390,21 @@ pub unsafe extern "C" fn sigaction(
     signals::sigaction(sig, act, old)
 }
 
+/// `raise`: glibc's, after [`signals::before_raise`].
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn raise(sig: c_int) -> c_int {
+    type F = unsafe extern "C" fn(c_int) -> c_int;
+    syscalls::real!(REAL, "raise\0");
+    signals::before_raise(sig);
+    match REAL.get::<F>() {
+        Some(f) => f(sig),
+        None => {
+            sys::set_errno(libc::ENOSYS);
+            -1
+        }
+    }
+}
+
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn signal(sig: c_int, handler: libc::sighandler_t) -> libc::sighandler_t {
     syscalls::real!(REAL, "signal\0");

@@ -146,6 +146,39 @@ extern "C" fn on_fatal(sig: c_int, _info: *mut libc::siginfo_t, _ctx: *mut c_voi
     sys::set_errno(saved);
 }
 
+/// Before the program raises `sig` at itself (`raise`): when the signal
+/// will end the process (one of ours, at its default disposition now, and
+/// our handler not in place), the files are finished first, or flushed for
+/// a crash, as our handler does for a signal that arrives. The idiom of a
+/// handler that cleans up, restores the default and raises the signal again
+/// (Node.js for SIGINT and SIGTERM, coreutils' `sort`) ended the process
+/// with its trace a spool of what the writer had flushed before.
+pub fn before_raise(sig: c_int) {
+    let terminating = TERMINATING.contains(&sig);
+    if (!terminating && !CRASHES.contains(&sig)) || is_ours(sig) {
+        return;
+    }
+    // SAFETY: sigaction is a C struct of integers and pointers, for which
+    // zero is valid; the query writes it and changes nothing.
+    let dfl = unsafe {
+        let mut old: libc::sigaction = core::mem::zeroed();
+        real_sigaction(sig, core::ptr::null(), &mut old) == 0 && old.sa_sigaction == libc::SIG_DFL
+    };
+    if !dfl {
+        return;
+    }
+    let saved = sys::errno();
+    {
+        let _g = tls::enter();
+        if terminating && !tls::interrupted_allocator() {
+            lifecycle::before_kill(sig);
+        } else {
+            lifecycle::before_abort();
+        }
+    }
+    sys::set_errno(saved);
+}
+
 type SigactionFn =
     unsafe extern "C" fn(c_int, *const libc::sigaction, *mut libc::sigaction) -> c_int;
 
