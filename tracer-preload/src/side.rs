@@ -326,7 +326,8 @@ pub fn record(
 pub unsafe fn before_jump(env: *const u64) {
     let hot = tls::hot();
     let rec = hot.recording();
-    if rec == 0 || !tls::inside() || env.is_null() {
+    let alloc_sp = hot.allocator_sp();
+    if (rec == 0 && alloc_sp == 0) || env.is_null() {
         return;
     }
     #[cfg(target_arch = "x86_64")]
@@ -343,7 +344,12 @@ pub unsafe fn before_jump(env: *const u64) {
         };
         // SAFETY: `env` is a jmp_buf (caller's contract): 8 words at least.
         let target_sp = unsafe { *env.add(6) }.rotate_right(0x11) ^ guard;
-        if target_sp > rec {
+        // A jump out of a hook's call into glibc's allocator: the mark would
+        // stay, and the exit would take the thread for one still inside.
+        if alloc_sp != 0 && target_sp > alloc_sp {
+            hot.clear_allocator_sp();
+        }
+        if rec != 0 && tls::inside() && target_sp > rec {
             tls::abandon_guard();
             hot.set_recording(0);
             JUMPED_OUT.fetch_add(1, Ordering::Relaxed);

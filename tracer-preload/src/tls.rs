@@ -166,8 +166,6 @@ pub struct Hot {
     /// Stacks this thread sent to the writer, wrapping (`dlclose` asks
     /// whether the unloading object's destructors made new ones).
     stacks_sent: Cell<u8>,
-    /// Inside glibc's allocator, called by a hook (see [`in_allocator`]).
-    in_allocator: Cell<bool>,
     /// The OS thread id, 0 until first asked.
     tid: Cell<u32>,
     /// This thread's syscall ring (`syscalls::ring`), null until taken.
@@ -186,6 +184,10 @@ pub struct Hot {
     /// needed one; swapped in with a compare-and-swap, as a handler may
     /// interrupt another one making it.
     pub side: AtomicPtr<core::ffi::c_void>,
+    /// Inside glibc's allocator, called by a hook: the stack pointer of the
+    /// hook's frame (see [`in_allocator`]; a `longjmp` above it clears it,
+    /// see `side::before_jump`); 0 otherwise.
+    allocator_sp: Cell<u64>,
 }
 
 // The block behind `hot()`: 56 zero bytes of `.tbss`, 8-aligned, hidden.
@@ -398,18 +400,38 @@ pub fn set_vforked(v: bool) {
 #[inline(always)]
 pub fn in_allocator<R>(call: impl FnOnce() -> R) -> R {
     let h = hot();
+    let sp: u64;
+    // SAFETY: reads the stack pointer; no memory is touched.
+    unsafe {
+        core::arch::asm!("mov {}, rsp", out(reg) sp, options(nomem, nostack, preserves_flags))
+    };
     // A handler that calls the allocator while an interrupted call holds
     // its lock leaves the mark as it found it.
-    let was = h.in_allocator.replace(true);
+    let was = h.allocator_sp.replace(sp);
     let r = call();
-    h.in_allocator.set(was);
+    h.allocator_sp.set(was);
     r
 }
 
 /// Whether this thread was inside glibc's allocator, called by a hook, when
 /// the signal being handled arrived (or is now).
 pub fn interrupted_allocator() -> bool {
-    hot().in_allocator.get()
+    hot().allocator_sp.get() != 0
+}
+
+impl Hot {
+    /// The stack pointer of the hook inside glibc's allocator on this
+    /// thread, 0 when none is.
+    #[inline]
+    pub fn allocator_sp(&self) -> u64 {
+        self.allocator_sp.get()
+    }
+
+    /// Forgets the mark of [`in_allocator`] (a `longjmp` left its frame).
+    #[inline]
+    pub fn clear_allocator_sp(&self) {
+        self.allocator_sp.set(0);
+    }
 }
 
 /// Whether this thread is inside `pthread_getattr_np`.
