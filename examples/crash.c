@@ -15,11 +15,15 @@
  *   handled  installs its own SIGSEGV handler (it calls _exit(3)), then
  *            writes through a null pointer: exit status 3.
  *   reraise  installs a SIGTERM handler that cleans up, restores the
- *            default and raises the signal again (the idiom of Node.js,
- *            coreutils' sort, ...), then sends itself SIGTERM: killed by
- *            SIGTERM.
- *   segv-reraise  the same with SIGSEGV, then writes through a null
- *            pointer: killed by SIGSEGV.
+ *            default and raises the signal again (the idiom of coreutils'
+ *            sort, ...), with SA_NODEFER (the signal is not blocked in the
+ *            handler: raise ends the process there), then sends itself
+ *            SIGTERM: killed by SIGTERM.
+ *   reraise-blocked  the same handler installed as Node.js does
+ *            (SA_RESETHAND, every signal blocked in the handler: the
+ *            raised one ends the process when the handler returns).
+ *   segv-reraise  the same with SIGSEGV (installed with signal()), then
+ *            writes through a null pointer: killed by SIGSEGV.
  */
 #include <signal.h>
 #include <stdlib.h>
@@ -73,8 +77,17 @@ int main(int argc, char **argv)
         free(blocks[i]);
     if (strcmp(mode, "term") == 0) {
         kill(getpid(), SIGTERM);
-    } else if (strcmp(mode, "reraise") == 0) {
-        signal(SIGTERM, reraise);
+    } else if (strcmp(mode, "reraise") == 0 || strcmp(mode, "reraise-blocked") == 0) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = reraise;
+        if (strcmp(mode, "reraise") == 0) {
+            sa.sa_flags = SA_NODEFER;
+        } else {
+            sa.sa_flags = SA_RESETHAND;
+            sigfillset(&sa.sa_mask);
+        }
+        sigaction(SIGTERM, &sa, NULL);
         kill(getpid(), SIGTERM);
     } else {
         if (strcmp(mode, "segv-reraise") == 0)

@@ -390,7 +390,9 @@ fn sigterm_inside_malloc_still_ends_the_program() {
 /// Before, its trace was a spool holding what the writer had flushed (about
 /// every 100 ms: nothing of this short run); now `raise` finishes the files
 /// first for SIGTERM, as our handler does (the trace says `ended: signal`),
-/// and flushes them for SIGSEGV, as after any crash.
+/// and flushes them, the spool then holding every event, where the signal
+/// is blocked in the handler (it ends the process when the handler
+/// returns) and for SIGSEGV, as after any crash.
 #[test]
 fn a_signal_the_program_raises_again_from_its_own_handler() {
     let cmd = Cmd::new(example("crash")).arg("reraise");
@@ -407,6 +409,13 @@ fn a_signal_the_program_raises_again_from_its_own_handler() {
         text.lines()
             .any(|l| l.starts_with("info ") && l.contains(" signal=\"SIGTERM\"")),
         "{text}"
+    );
+    // The signal blocked in the handler (Node.js's way): it ends the
+    // process when the handler returns, and the spool holds every event.
+    cmd_traced_matches(
+        &Cmd::new(example("crash")).arg("reraise-blocked"),
+        "crash reraise-blocked",
+        CRASH,
     );
     // A crash re-raised: the spool holds every event.
     cmd_traced_matches(

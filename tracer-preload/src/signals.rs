@@ -148,11 +148,15 @@ extern "C" fn on_fatal(sig: c_int, _info: *mut libc::siginfo_t, _ctx: *mut c_voi
 
 /// Before the program raises `sig` at itself (`raise`): when the signal
 /// will end the process (one of ours, at its default disposition now, and
-/// our handler not in place), the files are finished first, or flushed for
-/// a crash, as our handler does for a signal that arrives. The idiom of a
-/// handler that cleans up, restores the default and raises the signal again
-/// (Node.js for SIGINT and SIGTERM, coreutils' `sort`) ended the process
-/// with its trace a spool of what the writer had flushed before.
+/// our handler not in place), the files are finished first, as our handler
+/// does for a signal that arrives. The idiom of a handler that cleans up,
+/// restores the default and raises the signal again (Node.js for SIGINT and
+/// SIGTERM, coreutils' `sort`) ended the process with its trace a spool of
+/// what the writer had flushed before (nothing of a short run). When the
+/// signal is blocked on this thread (inside a handler of it, without
+/// `SA_NODEFER`: Node.js's; or a program that takes it with `sigwait` and
+/// runs on), or for a crash, the files are only flushed: the spool then
+/// holds every event, and tracing goes on should the process live.
 pub fn before_raise(sig: c_int) {
     let terminating = TERMINATING.contains(&sig);
     if (!terminating && !CRASHES.contains(&sig)) || is_ours(sig) {
@@ -167,10 +171,17 @@ pub fn before_raise(sig: c_int) {
     if !dfl {
         return;
     }
+    // SAFETY: a sigset_t is plain data; the query fills it and changes
+    // nothing; sigismember reads it.
+    let blocked = unsafe {
+        let mut set: libc::sigset_t = core::mem::zeroed();
+        libc::pthread_sigmask(libc::SIG_BLOCK, core::ptr::null(), &mut set) == 0
+            && libc::sigismember(&set, sig) == 1
+    };
     let saved = sys::errno();
     {
         let _g = tls::enter();
-        if terminating && !tls::interrupted_allocator() {
+        if terminating && !blocked && !tls::interrupted_allocator() {
             lifecycle::before_kill(sig);
         } else {
             lifecycle::before_abort();
