@@ -800,25 +800,35 @@ fn leaks_are_valgrinds(label: &str, args: &[&std::ffi::OsStr], moved: u64) {
         .find(|s| s.pid == traced.pid)
         .expect("the first process's trace");
     let ours = first.classes;
-    for kind in [LeakKind::Indirect, LeakKind::Possible] {
-        assert_eq!(
-            ours.get(kind),
-            vg.get(kind),
-            "{label}, {kind:?}: ours {ours:?}, valgrind {vg:?}"
-        );
-    }
-    let (def, vg_def) = (ours.get(LeakKind::Definite), vg.get(LeakKind::Definite));
-    assert!(
-        def.1 <= vg_def.1 && vg_def.1 - def.1 <= moved && def.0 <= vg_def.0,
-        "{label}, definite: ours {ours:?}, valgrind {vg:?} (at most {moved} blocks found reachable)"
+    assert_eq!(
+        ours.get(LeakKind::Possible),
+        vg.get(LeakKind::Possible),
+        "{label}, possible: ours {ours:?}, valgrind {vg:?}"
     );
-    if def.1 == vg_def.1 {
-        assert_eq!(def, vg_def, "{label}: ours {ours:?}, valgrind {vg:?}");
+    // Lost blocks, definite and indirect: a stale copy of a lost block's
+    // address makes it reachable, and with it the blocks only it points to.
+    let lost = |c: &LeakClasses| {
+        let (d, i) = (c.get(LeakKind::Definite), c.get(LeakKind::Indirect));
+        (d.0 + i.0, d.1 + i.1)
+    };
+    let (ours_lost, vg_lost) = (lost(&ours), lost(&vg));
+    assert!(
+        ours_lost.1 <= vg_lost.1 && vg_lost.1 - ours_lost.1 <= moved && ours_lost.0 <= vg_lost.0,
+        "{label}, lost: ours {ours:?}, valgrind {vg:?} (at most {moved} blocks found reachable)"
+    );
+    if ours_lost.1 == vg_lost.1 {
+        for kind in [LeakKind::Definite, LeakKind::Indirect] {
+            assert_eq!(
+                ours.get(kind),
+                vg.get(kind),
+                "{label}, {kind:?}: ours {ours:?}, valgrind {vg:?}"
+            );
+        }
     }
     assert_eq!(
-        def.1 + ours.get(LeakKind::Reachable).1,
-        vg_def.1 + vg.get(LeakKind::Reachable).1,
-        "{label}, definite and reachable blocks: ours {ours:?}, valgrind {vg:?}"
+        ours_lost.1 + ours.get(LeakKind::Reachable).1,
+        vg_lost.1 + vg.get(LeakKind::Reachable).1,
+        "{label}, lost and reachable blocks: ours {ours:?}, valgrind {vg:?}"
     );
 }
 
@@ -830,7 +840,10 @@ fn leaks_are_valgrinds(label: &str, args: &[&std::ffi::OsStr], moved: u64) {
 /// 16 and 30 in 2). About one run in six under the test suite's load, two
 /// of its lost blocks (88 and 43 bytes, side by side) come out reachable:
 /// the heap's layout varies with the writer thread's timing, and a stale
-/// copy of an address then lands where the scan reads; allowed here.
+/// copy of an address then lands where the scan reads; allowed here. Once
+/// in a fresh-clone CI run the two were a 16-byte definite block and the
+/// 68-byte block only it pointed to (indirect): lost blocks of either
+/// class may move, two at most.
 #[test]
 fn gcc_drivers_leaks_are_valgrinds() {
     let dir = fresh_dir("gcc-driver");
