@@ -284,11 +284,8 @@ pub fn run_traced(cmd: &Cmd, extra: &[(&str, &str)]) -> Traced {
     );
     let dir = fresh_dir("traced");
     let manifest = dir.join("manifest");
-    let mut c = cmd.command(&[]);
-    c.env("LD_PRELOAD", &lib)
-        .env("TRACER_OUTPUT", dir.join("t-%p"))
-        .env("TRACER_QUIET", "1")
-        .env("TRACER_MANIFEST", &manifest);
+    let mut c = traced_command(cmd, &dir);
+    c.env("TRACER_MANIFEST", &manifest);
     for (k, v) in extra {
         c.env(k, v);
     }
@@ -315,14 +312,19 @@ pub fn run_traced(cmd: &Cmd, extra: &[(&str, &str)]) -> Traced {
 /// without waiting for it: for tests that signal the program or bound its
 /// run themselves ([`wait_within`]).
 pub fn spawn_traced(cmd: &Cmd, dir: &Path) -> std::process::Child {
+    let mut c = traced_command(cmd, dir);
+    c.stdout(Stdio::null()).stderr(Stdio::piped());
+    c.spawn()
+        .unwrap_or_else(|e| panic!("cannot run {:?}: {e}", cmd.argv))
+}
+
+/// `cmd` under libtracer, quiet, its traces in `dir` (`t-%p`).
+fn traced_command(cmd: &Cmd, dir: &Path) -> Command {
     let mut c = cmd.command(&[]);
     c.env("LD_PRELOAD", tracer_lib())
         .env("TRACER_OUTPUT", dir.join("t-%p"))
-        .env("TRACER_QUIET", "1")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
-    c.spawn()
-        .unwrap_or_else(|e| panic!("cannot run {:?}: {e}", cmd.argv))
+        .env("TRACER_QUIET", "1");
+    c
 }
 
 /// Waits for `child` at most `limit`: its status, or None when it was still

@@ -275,18 +275,30 @@ fn crash_term_traced() {
 /// no spool left to recover (a crash leaves the spool: `crash_segv_traced`).
 #[test]
 fn killed_by_sigterm_the_trace_is_finished() {
-    let cmd = Cmd::new(example("crash")).arg("term");
+    finished_by_sigterm("term");
+}
+
+/// `crash MODE` killed by SIGTERM with its trace finished as at exit: its
+/// status, no spool left, every event, and the files saying which signal
+/// ended it (`ended: signal`, `signal: SIGTERM`).
+fn finished_by_sigterm(mode: &str) {
+    let what = format!("crash {mode}");
+    let cmd = Cmd::new(example("crash")).arg(mode);
     let plain = cmd.run_plain();
     let run = run_traced(&cmd, &[]);
-    assert_same_behaviour(&plain, &run, "crash term");
-    assert_eq!(status_text(&run.output.status), "signal 15");
-    assert!(
-        spools(&run.dir).is_empty(),
-        "no spool left: {:?}",
-        spools(&run.dir)
-    );
+    assert_same_behaviour(&plain, &run, &what);
+    assert_eq!(status_text(&run.output.status), "signal 15", "{what}");
+    assert_eq!(spools(&run.dir), Vec::<std::path::PathBuf>::new(), "{what}");
     let trace = single_trace(&run);
-    assert_trace_figures(&trace, CRASH, "crash term");
+    assert_trace_figures(&trace, CRASH, &what);
+    let dump = tracer(&["dump".as_ref(), trace.path.as_os_str()]);
+    let text = String::from_utf8_lossy(&dump.stdout);
+    assert!(
+        text.lines().any(|l| l.starts_with("info ")
+            && l.contains(" ended=\"signal\"")
+            && l.contains(" signal=\"SIGTERM\"")),
+        "{what}: {text}"
+    );
 }
 
 /// The one trace of a run in `dir`: the finished file, or the one `tracer
@@ -395,21 +407,7 @@ fn sigterm_inside_malloc_still_ends_the_program() {
 /// returns) and for SIGSEGV, as after any crash.
 #[test]
 fn a_signal_the_program_raises_again_from_its_own_handler() {
-    let cmd = Cmd::new(example("crash")).arg("reraise");
-    let plain = cmd.run_plain();
-    let run = run_traced(&cmd, &[]);
-    assert_same_behaviour(&plain, &run, "crash reraise");
-    assert_eq!(status_text(&run.output.status), "signal 15");
-    assert_eq!(spools(&run.dir), Vec::<std::path::PathBuf>::new());
-    let trace = single_trace(&run);
-    assert_trace_figures(&trace, CRASH, "crash reraise");
-    let dump = tracer(&["dump".as_ref(), trace.path.as_os_str()]);
-    let text = String::from_utf8_lossy(&dump.stdout);
-    assert!(
-        text.lines()
-            .any(|l| l.starts_with("info ") && l.contains(" signal=\"SIGTERM\"")),
-        "{text}"
-    );
+    finished_by_sigterm("reraise");
     // The signal blocked in the handler (Node.js's way): it ends the
     // process when the handler returns, and the spool holds every event.
     cmd_traced_matches(

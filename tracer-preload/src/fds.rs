@@ -190,20 +190,21 @@ fn with_fds(a: usize, b: usize, mut call: impl FnMut(i32, i32) -> isize) -> io::
 
 /// The size of the file registered in `slot` (`fstat`), or `None`.
 pub fn file_size(slot: usize) -> Option<u64> {
-    // SAFETY: `stat` is a C struct of integers, for which zero is valid.
-    let mut st: libc::stat = unsafe { core::mem::zeroed() };
-    // SAFETY: `st` is a live, writable `stat` the kernel fills in.
-    with_fd(slot, |fd| unsafe { libc::fstat(fd, &mut st) as isize }).ok()?;
-    u64::try_from(st.st_size).ok()
+    u64::try_from(stat(slot)?.st_size).ok()
 }
 
 /// The device and inode of the file in a slot.
 pub fn identity(slot: usize) -> Option<(u64, u64)> {
+    stat(slot).map(|st| (st.st_dev, st.st_ino))
+}
+
+/// `fstat` of the file in a slot.
+fn stat(slot: usize) -> Option<libc::stat> {
     // SAFETY: `stat` is a C struct of integers, for which zero is valid.
     let mut st: libc::stat = unsafe { core::mem::zeroed() };
     // SAFETY: `st` is a live, writable `stat` the kernel fills in.
     with_fd(slot, |fd| unsafe { libc::fstat(fd, &mut st) as isize }).ok()?;
-    Some((st.st_dev, st.st_ino))
+    Some(st)
 }
 
 /// Empties the file in a slot (its pages and blocks are given back).

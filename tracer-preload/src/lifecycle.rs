@@ -30,7 +30,7 @@
 //! (see [`stop_if_left_behind`]).
 
 use core::sync::atomic::{
-    AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
+    AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
 };
 use std::cell::UnsafeCell;
 use std::io::BufWriter;
@@ -1248,13 +1248,20 @@ pub fn before_abort() {
 /// ...; see `signals`): the files are finished as at exit, without the leak
 /// scan, so the trace is complete without `tracer recover`, and say which
 /// signal ended it (`ended: signal`): no exit ran, so no leak check applies.
+/// On a thread inside glibc's allocator, which may hold the lock the
+/// writer's finish needs, they are only flushed ([`before_abort`]), as for
+/// an exit there ([`exit_inside_allocator`]).
 pub fn before_kill(sig: libc::c_int) {
+    if tls::interrupted_allocator() {
+        before_abort();
+        return;
+    }
     ENDED_BY_SIGNAL.store(sig, Ordering::SeqCst);
     stop_writer(false, false);
 }
 
 /// The signal the files being finished end the process with (0: none).
-static ENDED_BY_SIGNAL: core::sync::atomic::AtomicI32 = core::sync::atomic::AtomicI32::new(0);
+static ENDED_BY_SIGNAL: AtomicI32 = AtomicI32::new(0);
 
 /// The signal that ends the process whose files are being finished, if one does.
 pub fn ending_by_signal() -> Option<libc::c_int> {

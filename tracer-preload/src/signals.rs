@@ -124,18 +124,7 @@ extern "C" fn on_fatal(sig: c_int, _info: *mut libc::siginfo_t, _ctx: *mut c_voi
     // SA_RESETHAND restored the default: the next delivery ends the process.
     forget(sig);
     let saved = sys::errno();
-    {
-        let _g = tls::enter();
-        if TERMINATING.contains(&sig) && !tls::interrupted_allocator() {
-            lifecycle::before_kill(sig);
-        } else {
-            // A crash; or a signal that arrived inside glibc's allocator,
-            // maybe holding its lock, which the writer may need to finish the
-            // files: they keep what was flushed, as after a crash (`tracer
-            // recover`), rather than the process waiting on a lock it holds.
-            lifecycle::before_abort();
-        }
-    }
+    before_death(sig, TERMINATING.contains(&sig));
     // SAFETY: tgkill on our own thread with a valid signal number; the
     // disposition is the default now and the signal is not blocked (it was
     // just delivered, and SA_NODEFER keeps it unblocked in the handler).
@@ -179,15 +168,21 @@ pub fn before_raise(sig: c_int) {
             && libc::sigismember(&set, sig) == 1
     };
     let saved = sys::errno();
-    {
-        let _g = tls::enter();
-        if terminating && !blocked && !tls::interrupted_allocator() {
-            lifecycle::before_kill(sig);
-        } else {
-            lifecycle::before_abort();
-        }
-    }
+    before_death(sig, terminating && !blocked);
     sys::set_errno(saved);
+}
+
+/// Before `sig` ends the process: the files finished when `finish` (a
+/// signal that ends a sane process, delivered now), flushed otherwise (a
+/// crash; a raised signal still blocked). `lifecycle::before_kill` itself
+/// only flushes on a thread inside glibc's allocator.
+fn before_death(sig: c_int, finish: bool) {
+    let _g = tls::enter();
+    if finish {
+        lifecycle::before_kill(sig);
+    } else {
+        lifecycle::before_abort();
+    }
 }
 
 type SigactionFn =

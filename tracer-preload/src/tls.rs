@@ -315,6 +315,19 @@ impl Hot {
         self.recording.set(sp);
     }
 
+    /// The stack pointer of the hook inside glibc's allocator on this
+    /// thread, 0 when none is (see [`in_allocator`]).
+    #[inline]
+    pub fn allocator_sp(&self) -> u64 {
+        self.allocator_sp.get()
+    }
+
+    /// Forgets the mark of [`in_allocator`] (a `longjmp` left its frame).
+    #[inline]
+    pub fn clear_allocator_sp(&self) {
+        self.allocator_sp.set(0);
+    }
+
     /// Whether a hook must let this thread's call pass unrecorded: it is
     /// inside the tracer or a `vfork` child's.
     #[inline]
@@ -417,21 +430,6 @@ pub fn in_allocator<R>(call: impl FnOnce() -> R) -> R {
 /// the signal being handled arrived (or is now).
 pub fn interrupted_allocator() -> bool {
     hot().allocator_sp.get() != 0
-}
-
-impl Hot {
-    /// The stack pointer of the hook inside glibc's allocator on this
-    /// thread, 0 when none is.
-    #[inline]
-    pub fn allocator_sp(&self) -> u64 {
-        self.allocator_sp.get()
-    }
-
-    /// Forgets the mark of [`in_allocator`] (a `longjmp` left its frame).
-    #[inline]
-    pub fn clear_allocator_sp(&self) {
-        self.allocator_sp.set(0);
-    }
 }
 
 /// Whether this thread is inside `pthread_getattr_np`.
