@@ -7,6 +7,8 @@
 //!   the flags become the library's variables: `--format` → `TRACER_FORMAT`,
 //!   `--output` → `TRACER_OUTPUT`, `--syscalls` → `TRACER_SYSCALLS`,
 //!   `--stack-depth` → `TRACER_STACK_DEPTH`, `--quiet` → `TRACER_QUIET=1`.
+//!   The output template (`--output`, else `TRACER_OUTPUT`, else the
+//!   library's default) is made absolute in `tracer`'s working directory.
 //! - `TRACER_MANIFEST` names a file in a fresh private directory (mode 0700)
 //!   that the library appends one line per trace file to; after the child
 //!   exits it is read, each file is announced as `tracer: wrote FILE` on
@@ -221,6 +223,7 @@ pub fn execute(opts: &Options, out: &mut dyn Write) -> Result<i32, Failure> {
             }
         }
     }
+    let output = anchored_output(opts.output.as_deref());
     let dir = PrivateDir::create()?;
     let manifest = dir.0.join("manifest");
     let mut cmd = Command::new(program);
@@ -232,7 +235,6 @@ pub fn execute(opts: &Options, out: &mut dyn Write) -> Result<i32, Failure> {
         .env("TRACER_MANIFEST", &manifest);
     for (var, value) in [
         ("TRACER_FORMAT", opts.format.clone()),
-        ("TRACER_OUTPUT", opts.output.clone()),
         ("TRACER_SYSCALLS", opts.syscalls.clone()),
         (
             "TRACER_STACK_DEPTH",
@@ -243,6 +245,7 @@ pub fn execute(opts: &Options, out: &mut dyn Write) -> Result<i32, Failure> {
             cmd.env(var, v);
         }
     }
+    cmd.env("TRACER_OUTPUT", output);
     if opts.quiet {
         cmd.env("TRACER_QUIET", "1");
     }
@@ -456,6 +459,30 @@ fn recover_unfinished(files: &[PathBuf]) -> Vec<Unfinished> {
     }
     v
 }
+
+/// The template every process of the run gets: `--output`, else
+/// `TRACER_OUTPUT`, else the library's default, made absolute against
+/// `tracer run`'s working directory. The library resolves a relative one in
+/// each process's own working directory, which a process that changed
+/// directory before it started (`make -C`, a launcher script's `cd`) does
+/// not share: its traces would go elsewhere, or nowhere when the relative
+/// directory is missing there. (A working directory that cannot be named,
+/// removed under us, leaves the template as it is.)
+fn anchored_output(output: Option<&str>) -> OsString {
+    let template: OsString = match output {
+        Some(t) => t.into(),
+        None => std::env::var_os("TRACER_OUTPUT").unwrap_or_else(|| DEFAULT_OUTPUT.into()),
+    };
+    // An empty one is left for the library to name as a bad setting.
+    let relative = !template.is_empty() && !Path::new(&template).is_absolute();
+    match std::env::current_dir() {
+        Ok(cwd) if relative => cwd.join(template).into_os_string(),
+        _ => template,
+    }
+}
+
+/// The library's template when `TRACER_OUTPUT` is unset.
+const DEFAULT_OUTPUT: &str = "tracer-%e-%p";
 
 /// Fails when the directory of the output template does not exist, before
 /// the program runs: every traced process would otherwise say it cannot

@@ -797,9 +797,14 @@ fn run_passes_status_on_and_reads_the_manifest() {
     let refs: Vec<&OsStr> = args.iter().map(OsStr::new).collect();
     let o = run(&refs);
     assert_eq!(o.status.code(), Some(0));
+    // A relative template is anchored in tracer's working directory.
+    let cwd = std::env::current_dir().unwrap();
     assert_eq!(
         stdout(&o),
-        "dumpalloc,tlv|out-%p|%file|8\npreloaded\nmanifest\n"
+        format!(
+            "dumpalloc,tlv|{}/out-%p|%file|8\npreloaded\nmanifest\n",
+            cwd.display()
+        )
     );
 
     // A trace listed in the manifest is announced and leak-checked.
@@ -990,6 +995,60 @@ fn run_with_the_real_library() {
         "live_at_exit_bytes",
     ] {
         assert_eq!(a[key], b[key], "{key}");
+    }
+}
+
+/// A relative template names a place in the directory `tracer run` was
+/// started in, for every process of the run: one that changed directory
+/// before it started (a build's `make -C`, a launcher script) writes beside
+/// the others, where the library alone would have resolved the template in
+/// that process's own working directory.
+#[test]
+fn a_relative_output_is_anchored_where_tracer_run_started() {
+    let lib = Path::new(TRACER).with_file_name("libtracer.so");
+    if !lib.is_file() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "{} not built under CI",
+            lib.display()
+        );
+        eprintln!("skipped: {} not built", lib.display());
+        return;
+    }
+    let dir = scratch("run-relative");
+    std::fs::create_dir(dir.join("out")).unwrap();
+    std::fs::create_dir(dir.join("elsewhere")).unwrap();
+    // The shell's file is made where it starts; `true`'s after the `cd`.
+    let script = "cd elsewhere && exec /bin/true";
+    for (output, expected_dir) in [
+        (Some("out/t-%p"), dir.join("out")),
+        (None, dir.to_path_buf()),
+    ] {
+        let mut cmd = Command::new(TRACER);
+        cmd.arg("run").current_dir(&*dir).env_remove("TRACER_LIB");
+        cmd.env_remove("TRACER_OUTPUT");
+        if let Some(t) = output {
+            cmd.args(["--output", t]);
+        }
+        let o = cmd.args(["--", "/bin/sh", "-c", script]).output().unwrap();
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(0), "{err}");
+        let written: Vec<PathBuf> = err
+            .lines()
+            .filter_map(|l| l.strip_prefix("tracer: wrote "))
+            .map(PathBuf::from)
+            .collect();
+        assert_eq!(written.len(), 2, "{output:?}: {err}");
+        for file in &written {
+            assert_eq!(file.parent(), Some(expected_dir.as_path()), "{err}");
+            assert!(file.is_file(), "{}", file.display());
+        }
+        assert!(!err.contains("cannot create"), "{err}");
+        let elsewhere: Vec<_> = std::fs::read_dir(dir.join("elsewhere")).unwrap().collect();
+        assert!(elsewhere.is_empty(), "{output:?}: {elsewhere:?}");
+        for file in written {
+            std::fs::remove_file(file).unwrap();
+        }
     }
 }
 
