@@ -3,20 +3,31 @@
  * Makes 100 allocations of 48 bytes and frees the first 40:
  *   allocation calls 100, frees 40, bytes allocated 4,800,
  *   live 2,880 bytes in 60 blocks.
- * Then sleeps 300 ms and sends itself SIGKILL. A trace of it can only be
+ * Then sleeps 300 ms and sends itself SIGKILL (by the raw system call, as
+ * another process would: no hook of the tracer sees it). A trace of it can only be
  * what the tracer flushed before the signal: its spool, to recover.
+ *
+ * `killed idle`: first sleeps 550 ms, doing nothing (the tracer's writer
+ * then sleeps long), and after the allocations only 40 ms: the writer must
+ * have been woken by them to have them in the spool by then.
  */
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 #include "out.h"
 
 static void *blocks[100];
 
-int main(void)
+int main(int argc, char **argv)
 {
+    int idle = argc > 1 && strcmp(argv[1], "idle") == 0;
+    if (idle) {
+        struct timespec quiet = {0, 550 * 1000 * 1000};
+        nanosleep(&quiet, NULL);
+    }
     for (int i = 0; i < 100; i++) {
         blocks[i] = malloc(48);
         memset(blocks[i], i, 48);
@@ -24,8 +35,10 @@ int main(void)
     for (int i = 0; i < 40; i++)
         free(blocks[i]);
     out_str("sleeping\n");
-    struct timespec pause = {0, 300 * 1000 * 1000};
+    struct timespec pause = {0, (idle ? 40 : 300) * 1000 * 1000};
     nanosleep(&pause, NULL);
-    kill(getpid(), SIGKILL);
+    /* The raw system call: as another process's kill, unseen by the
+     * tracer's kill hook (which would flush the files first). */
+    syscall(SYS_kill, getpid(), SIGKILL);
     return 0;
 }

@@ -432,7 +432,18 @@ const KILLED: Figures = Figures::new(100, 40, 4_800, 2_880, 60);
 /// recovered with every event.
 #[test]
 fn killed_by_sigkill_after_a_pause_the_spool_holds_every_event() {
-    let cmd = Cmd::new(example("killed"));
+    killed_by_sigkill(Cmd::new(example("killed")));
+}
+
+/// The same after the program idled 550 ms first, when the writer sleeps
+/// 100 ms at a time: the allocations themselves wake it, and the spool
+/// has them 40 ms later.
+#[test]
+fn a_program_that_wakes_from_idling_has_its_events_in_the_spool_at_once() {
+    killed_by_sigkill(Cmd::new(example("killed")).arg("idle"));
+}
+
+fn killed_by_sigkill(cmd: Cmd) {
     let plain = cmd.run_plain();
     let mut run = run_traced(&cmd, &[]);
     assert_same_behaviour(&plain, &run, "killed");

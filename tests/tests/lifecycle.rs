@@ -4,6 +4,7 @@
 
 use std::fs;
 use std::path::Path;
+use std::time::Duration;
 
 use tracer_tests::*;
 
@@ -1084,4 +1085,40 @@ fn plugins_loaded_by_threads_at_once_are_named_after_their_own_code() {
         assert_eq!(made[which], want, "plugin {which}'s allocations");
     }
     assert!(fini >= 1, "plug_a's destructor ran at least once");
+}
+
+/// A traced program that does nothing costs little: once it has been idle
+/// a while, the writer sleeps 100 ms at a time (the program's first message
+/// wakes it), not 10 ms. Counted as the writer thread's voluntary context
+/// switches over one idle second of `sleep`: ~10 then, ~100 before.
+#[test]
+fn an_idle_program_s_writer_sleeps_long() {
+    let dir = fresh_dir("idle");
+    let child = spawn_traced(&Cmd::new("sleep").arg("3"), &dir);
+    let pid = child.id();
+    let switches = || -> Option<u64> {
+        for task in fs::read_dir(format!("/proc/{pid}/task")).ok()? {
+            let task = task.ok()?.path();
+            if fs::read_to_string(task.join("comm")).ok()?.trim() != "libtracer" {
+                continue;
+            }
+            let status = fs::read_to_string(task.join("status")).ok()?;
+            return status
+                .lines()
+                .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+                .and_then(|v| v.trim().parse().ok());
+        }
+        None
+    };
+    std::thread::sleep(Duration::from_millis(700));
+    let before = switches().expect("the writer thread, named libtracer");
+    std::thread::sleep(Duration::from_millis(1000));
+    let after = switches().expect("the writer thread, still there");
+    let status = wait_within(child, Duration::from_secs(20)).expect("sleep 3 ended");
+    assert!(status.success(), "{status:?}");
+    assert!(
+        after - before <= 30,
+        "the idle writer woke {} times in a second",
+        after - before
+    );
 }

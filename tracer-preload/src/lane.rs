@@ -294,6 +294,10 @@ pub struct Lane {
     /// Slots in use (a power of two, at most [`SLOTS`]), set before the
     /// lane is listed and never changed.
     cap: u64,
+    /// Messages in the lane past which a publish wakes a sleeping writer:
+    /// half the lane while the writer naps between busy passes, 0 while it
+    /// sleeps long in an idle program ([`wake_on_any`]).
+    wake_past: AtomicU64,
     /// Aligned, so that no slot straddles two cache lines.
     slots: Line<UnsafeCell<[Slot; SLOTS]>>,
     /// What the owner's stack captures use (`tls::Capture`): the owner's
@@ -540,6 +544,7 @@ fn new_lane() -> Option<&'static Lane> {
     // any reference to it exists.
     let l = unsafe {
         (*p).cap = cap as u64;
+        (*p).wake_past = AtomicU64::new(cap as u64 / 2);
         &*p
     };
     l.state.store(OWNED, Ordering::Relaxed);
@@ -571,16 +576,30 @@ fn push(lane: &Lane, msg: Msg) -> Option<Msg> {
     None
 }
 
-/// Publishes the lane's messages up to `head`; past half full, makes sure
-/// the writer is not asleep.
+/// Publishes the lane's messages up to `head`; past `wake_past` (half
+/// full, or any message while the writer sleeps long), makes sure the
+/// writer is not asleep.
 #[inline(always)]
 fn publish(lane: &Lane, head: u64, seen: &mut u64) {
     lane.head.0.store(head, Ordering::Release);
-    if head - *seen > lane.cap / 2 {
+    let past = lane.wake_past.load(Ordering::Relaxed);
+    if head - *seen > past {
         *seen = lane.tail.0.load(Ordering::Acquire);
-        if head - *seen > lane.cap / 2 {
+        if head - *seen > past {
             sys::keep_errno(writer::wake_if_sleeping);
         }
+    }
+}
+
+/// Whether a publish into any lane wakes the writer (`true`: it is about
+/// to sleep long, the program idle) or only one past half its lane. The
+/// owners read it without a fence after their publish, so a message
+/// published just as the writer looks may still wait out its sleep: the
+/// writer bounds that sleep.
+pub fn wake_on_any(any: bool) {
+    for l in lanes() {
+        let past = if any { 0 } else { l.cap / 2 };
+        l.wake_past.store(past, Ordering::Release);
     }
 }
 
