@@ -24,7 +24,12 @@
  *            raised one ends the process when the handler returns).
  *   segv-reraise  the same with SIGSEGV (installed with signal()), then
  *            writes through a null pointer: killed by SIGSEGV.
+ *   reraise-kill, reraise-pthread  as reraise, the handler sending the
+ *            signal again with kill(getpid(), sig) (the older idiom) or
+ *            pthread_kill(pthread_self(), sig): killed by SIGTERM.
+ *   kill9    sends itself SIGKILL with kill(): killed by SIGKILL.
  */
+#include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,11 +56,19 @@ static void on_segv(int sig)
     _exit(3);
 }
 
+/* How reraise sends the signal again: 0 raise, 1 kill, 2 pthread_kill. */
+static int reraise_how;
+
 /* Cleans up (nothing here), then lets the signal do what it would have. */
 static void reraise(int sig)
 {
     signal(sig, SIG_DFL);
-    raise(sig);
+    if (reraise_how == 1)
+        kill(getpid(), sig);
+    else if (reraise_how == 2)
+        pthread_kill(pthread_self(), sig);
+    else
+        raise(sig);
 }
 
 int main(int argc, char **argv)
@@ -75,13 +88,19 @@ int main(int argc, char **argv)
     }
     for (int i = 0; i < 2000; i += 2)
         free(blocks[i]);
+    if (strcmp(mode, "reraise-kill") == 0)
+        reraise_how = 1;
+    if (strcmp(mode, "reraise-pthread") == 0)
+        reraise_how = 2;
     if (strcmp(mode, "term") == 0) {
         kill(getpid(), SIGTERM);
-    } else if (strcmp(mode, "reraise") == 0 || strcmp(mode, "reraise-blocked") == 0) {
+    } else if (strcmp(mode, "kill9") == 0) {
+        kill(getpid(), SIGKILL);
+    } else if (strncmp(mode, "reraise", 7) == 0) {
         struct sigaction sa;
         memset(&sa, 0, sizeof sa);
         sa.sa_handler = reraise;
-        if (strcmp(mode, "reraise") == 0) {
+        if (strcmp(mode, "reraise-blocked") != 0) {
             sa.sa_flags = SA_NODEFER;
         } else {
             sa.sa_flags = SA_RESETHAND;

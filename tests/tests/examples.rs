@@ -282,12 +282,20 @@ fn killed_by_sigterm_the_trace_is_finished() {
 /// status, no spool left, every event, and the files saying which signal
 /// ended it (`ended: signal`, `signal: SIGTERM`).
 fn finished_by_sigterm(mode: &str) {
+    finished_by_signal(mode, 15, "SIGTERM");
+}
+
+fn finished_by_signal(mode: &str, number: i32, name: &str) {
     let what = format!("crash {mode}");
     let cmd = Cmd::new(example("crash")).arg(mode);
     let plain = cmd.run_plain();
     let run = run_traced(&cmd, &[]);
     assert_same_behaviour(&plain, &run, &what);
-    assert_eq!(status_text(&run.output.status), "signal 15", "{what}");
+    assert_eq!(
+        status_text(&run.output.status),
+        format!("signal {number}"),
+        "{what}"
+    );
     assert_eq!(spools(&run.dir), Vec::<std::path::PathBuf>::new(), "{what}");
     let trace = single_trace(&run);
     assert_trace_figures(&trace, CRASH, &what);
@@ -296,7 +304,7 @@ fn finished_by_sigterm(mode: &str) {
     assert!(
         text.lines().any(|l| l.starts_with("info ")
             && l.contains(" ended=\"signal\"")
-            && l.contains(" signal=\"SIGTERM\"")),
+            && l.contains(&format!(" signal=\"{name}\""))),
         "{what}: {text}"
     );
 }
@@ -421,6 +429,22 @@ fn a_signal_the_program_raises_again_from_its_own_handler() {
         "crash segv-reraise",
         CRASH,
     );
+}
+
+/// A handler that sends its signal again with `kill(getpid(), sig)` (the
+/// older idiom) or `pthread_kill(pthread_self(), sig)`: the files are
+/// finished first, as for `raise`.
+#[test]
+fn a_signal_the_handler_sends_again_with_kill_or_pthread_kill() {
+    finished_by_sigterm("reraise-kill");
+    finished_by_sigterm("reraise-pthread");
+}
+
+/// `kill(getpid(), SIGKILL)`: nothing runs after it, so the files are
+/// finished before the call, and say SIGKILL ended the process.
+#[test]
+fn a_program_that_sends_itself_sigkill_leaves_a_finished_trace() {
+    finished_by_signal("kill9", 9, "SIGKILL");
 }
 
 /// `examples/killed.c`: 100 allocations of 48 bytes, 40 freed, then a

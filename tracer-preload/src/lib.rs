@@ -405,6 +405,36 @@ pub unsafe extern "C" fn raise(sig: c_int) -> c_int {
     }
 }
 
+/// `killpg`: glibc's, after [`signals::before_kill`] (a process group of
+/// 0 is the caller's, as for `kill`).
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn killpg(pgrp: libc::pid_t, sig: c_int) -> c_int {
+    type F = unsafe extern "C" fn(libc::pid_t, c_int) -> c_int;
+    syscalls::real!(REAL, "killpg\0");
+    if pgrp >= 0 {
+        signals::before_kill(pgrp.wrapping_neg(), sig);
+    }
+    match REAL.get::<F>() {
+        Some(f) => f(pgrp, sig),
+        None => {
+            sys::set_errno(libc::ENOSYS);
+            -1
+        }
+    }
+}
+
+/// `pthread_kill`: glibc's, after [`signals::before_pthread_kill`].
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn pthread_kill(thread: libc::pthread_t, sig: c_int) -> c_int {
+    type F = unsafe extern "C" fn(libc::pthread_t, c_int) -> c_int;
+    syscalls::real!(REAL, "pthread_kill\0");
+    signals::before_pthread_kill(thread, sig);
+    match REAL.get::<F>() {
+        Some(f) => f(thread, sig),
+        None => libc::ENOSYS,
+    }
+}
+
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn signal(sig: c_int, handler: libc::sighandler_t) -> libc::sighandler_t {
     syscalls::real!(REAL, "signal\0");

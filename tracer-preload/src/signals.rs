@@ -55,6 +55,7 @@ const TERMINATING: [c_int; 7] = [
 /// the files say it ended.
 pub fn name(sig: c_int) -> &'static str {
     match sig {
+        libc::SIGKILL => "SIGKILL",
         libc::SIGTERM => "SIGTERM",
         libc::SIGINT => "SIGINT",
         libc::SIGHUP => "SIGHUP",
@@ -147,6 +148,59 @@ extern "C" fn on_fatal(sig: c_int, _info: *mut libc::siginfo_t, _ctx: *mut c_voi
 /// runs on), or for a crash, the files are only flushed: the spool then
 /// holds every event, and tracing goes on should the process live.
 pub fn before_raise(sig: c_int) {
+    before_signal_to_self(sig, true);
+}
+
+/// Before `kill(pid, sig)` (and `killpg`, as `kill(-pgrp, sig)`): as for
+/// `raise` when the signal reaches this process: `pid` is ours, 0 (our
+/// process group) or minus our group (Linux leaves the caller out of
+/// `kill(-1, ..)`). The older idiom of a handler that restores the default
+/// and signals itself again uses `kill(getpid(), sig)` (as do `kill -TERM
+/// $$` in a shell and `kill(0, ..)` to end a process group), and
+/// `kill(getpid(), SIGKILL)` ends the process with nothing left to run: the
+/// files are finished first.
+pub fn before_kill(pid: libc::pid_t, sig: c_int) {
+    if !ends_process(sig) {
+        return;
+    }
+    let me = sys::raw_getpid() as libc::pid_t;
+    let reaches = pid == me
+        || pid == 0
+        || (pid < -1 && {
+            // SAFETY: getpgrp has no arguments and cannot fail.
+            -pid == unsafe { libc::getpgrp() }
+        });
+    if reaches {
+        before_signal_to_self(sig, true);
+    }
+}
+
+/// Before `pthread_kill(thread, sig)`: as for `raise` when `thread` is the
+/// caller. Sent to another thread of the process, whose signal mask this
+/// one cannot see, the files are only flushed: the spool then holds every
+/// event if the signal ends the process, and tracing goes on if it does not.
+pub fn before_pthread_kill(thread: libc::pthread_t, sig: c_int) {
+    if ends_process(sig) {
+        // SAFETY: pthread_self has no preconditions.
+        let own = thread == unsafe { libc::pthread_self() };
+        before_signal_to_self(sig, own);
+    }
+}
+
+/// Whether `sig` at its default disposition ends the process.
+fn ends_process(sig: c_int) -> bool {
+    sig == libc::SIGKILL || TERMINATING.contains(&sig) || CRASHES.contains(&sig)
+}
+
+/// `sig` is about to be sent to this process, to the calling thread when
+/// `own_thread`: see [`before_raise`]. SIGKILL always ends it.
+fn before_signal_to_self(sig: c_int, own_thread: bool) {
+    let saved = sys::errno();
+    if sig == libc::SIGKILL {
+        before_death(sig, true);
+        sys::set_errno(saved);
+        return;
+    }
     let terminating = TERMINATING.contains(&sig);
     if (!terminating && !CRASHES.contains(&sig)) || is_ours(sig) {
         return;
@@ -162,12 +216,12 @@ pub fn before_raise(sig: c_int) {
     }
     // SAFETY: a sigset_t is plain data; the query fills it and changes
     // nothing; sigismember reads it.
-    let blocked = unsafe {
-        let mut set: libc::sigset_t = core::mem::zeroed();
-        libc::pthread_sigmask(libc::SIG_BLOCK, core::ptr::null(), &mut set) == 0
-            && libc::sigismember(&set, sig) == 1
-    };
-    let saved = sys::errno();
+    let blocked = !own_thread
+        || unsafe {
+            let mut set: libc::sigset_t = core::mem::zeroed();
+            libc::pthread_sigmask(libc::SIG_BLOCK, core::ptr::null(), &mut set) == 0
+                && libc::sigismember(&set, sig) == 1
+        };
     before_death(sig, terminating && !blocked);
     sys::set_errno(saved);
 }

@@ -741,10 +741,26 @@ wrap!(wait4(pid: pid_t, status: *mut c_int, options: c_int, rusage: *mut c_void)
     a.flags(options as u32 as u64);
     a.ptr(rusage);
 });
-wrap!(kill(pid: pid_t, sig: c_int) -> c_int, nr::KILL, |a, _r| {
-    a.int(i64::from(pid));
-    a.int(i64::from(sig));
-});
+/// `kill`: as [`wrap!`] makes them, after `signals::before_kill` (the
+/// files finished or flushed when the signal will end this process).
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn kill(pid: pid_t, sig: c_int) -> c_int {
+    crate::syscalls::real!(REAL, "kill\0");
+    type F = unsafe extern "C" fn(pid_t, c_int) -> c_int;
+    let Some(f) = REAL.get::<F>() else {
+        return <c_int as Ret>::unavailable();
+    };
+    crate::signals::before_kill(pid, sig);
+    let Some(t0) = start(nr::KILL) else {
+        return f(pid, sig);
+    };
+    let r = f(pid, sig);
+    done(nr::KILL, t0, Ret::as_i64(r), |a: &mut Args| {
+        a.int(i64::from(pid));
+        a.int(i64::from(sig));
+    });
+    r
+}
 
 type StartFn = extern "C" fn(*mut c_void) -> *mut c_void;
 
