@@ -696,22 +696,25 @@ impl Verdict {
     }
 
     /// ` (1 image replaced by exec, not checked)`, ` (2 processes ended by a
-    /// signal, not checked)`, or nothing.
+    /// signal, not checked)`, both in one parenthesis, or nothing.
     fn not_checked(&self) -> String {
-        let mut s = String::new();
+        let mut parts = Vec::new();
         if self.replaced > 0 {
-            s.push_str(&format!(
-                " ({} replaced by exec, not checked)",
+            parts.push(format!(
+                "{} replaced by exec",
                 plural(self.replaced, "image", "images")
             ));
         }
         if self.signalled > 0 {
-            s.push_str(&format!(
-                " ({} ended by a signal, not checked)",
+            parts.push(format!(
+                "{} ended by a signal",
                 plural(self.signalled, "process", "processes")
             ));
         }
-        s
+        if parts.is_empty() {
+            return String::new();
+        }
+        format!(" ({}, not checked)", parts.join(" and "))
     }
 }
 
@@ -807,6 +810,25 @@ fn read_manifest(path: &Path) -> Vec<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn what_was_not_checked_is_one_parenthesis() {
+        let v = |replaced, signalled| {
+            Verdict {
+                replaced,
+                signalled,
+                ..Verdict::default()
+            }
+            .not_checked()
+        };
+        assert_eq!(v(0, 0), "");
+        assert_eq!(v(1, 0), " (1 image replaced by exec, not checked)");
+        assert_eq!(v(0, 2), " (2 processes ended by a signal, not checked)");
+        assert_eq!(
+            v(2, 1),
+            " (2 images replaced by exec and 1 process ended by a signal, not checked)"
+        );
+    }
 
     /// A 64-bit ELF header with `phnum` program headers of 56 bytes at 64,
     /// the first of type `first`.
