@@ -7,8 +7,8 @@
  * another process would: no hook of the tracer sees it). A trace of it can only be
  * what the tracer flushed before the signal: its spool, to recover.
  *
- * `killed idle`: first sleeps 550 ms, doing nothing (the tracer's writer
- * then sleeps long), and after the allocations only 40 ms: the writer must
+ * `killed idle`: first sleeps 520 ms, doing nothing (the tracer's writer
+ * then sleeps long), and after the allocations only 60 ms: the writer must
  * have been woken by them to have them in the spool by then.
  */
 #include <signal.h>
@@ -25,7 +25,7 @@ int main(int argc, char **argv)
 {
     int idle = argc > 1 && strcmp(argv[1], "idle") == 0;
     if (idle) {
-        struct timespec quiet = {0, 550 * 1000 * 1000};
+        struct timespec quiet = {0, 520 * 1000 * 1000};
         nanosleep(&quiet, NULL);
     }
     for (int i = 0; i < 100; i++) {
@@ -35,7 +35,7 @@ int main(int argc, char **argv)
     for (int i = 0; i < 40; i++)
         free(blocks[i]);
     out_str("sleeping\n");
-    struct timespec pause = {0, (idle ? 40 : 300) * 1000 * 1000};
+    struct timespec pause = {0, (idle ? 60 : 300) * 1000 * 1000};
     nanosleep(&pause, NULL);
     /* The raw system call: as another process's kill, unseen by the
      * tracer's kill hook (which would flush the files first). */

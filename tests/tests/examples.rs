@@ -459,9 +459,9 @@ fn killed_by_sigkill_after_a_pause_the_spool_holds_every_event() {
     killed_by_sigkill(Cmd::new(example("killed")));
 }
 
-/// The same after the program idled 550 ms first, when the writer sleeps
+/// The same after the program idled 520 ms first, when the writer sleeps
 /// 100 ms at a time: the allocations themselves wake it, and the spool
-/// has them 40 ms later.
+/// has them 60 ms later.
 #[test]
 fn a_program_that_wakes_from_idling_has_its_events_in_the_spool_at_once() {
     killed_by_sigkill(Cmd::new(example("killed")).arg("idle"));
