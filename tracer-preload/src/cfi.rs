@@ -35,7 +35,7 @@
 //!  19..0  check bits of the key (guards against a torn key/value pair)
 //! ```
 
-use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
 /// Entries of the first table: 8 Ki (128 KiB, all resident: the hash
 /// spreads them). python3 building a 300k dict has ~2,200 distinct return
@@ -64,6 +64,8 @@ struct Table {
     entries: &'static [Entry],
     /// Rules computed into this table.
     computed: AtomicU64,
+    /// The return addresses whose rules may have to go at an unload.
+    unloadable: Unloadable,
 }
 
 impl Table {
@@ -71,8 +73,83 @@ impl Table {
         Table {
             entries: empty_entries(slots),
             computed: AtomicU64::new(0),
+            unloadable: Unloadable::new(slots),
         }
     }
+}
+
+/// Return addresses outside the objects loaded before the program started
+/// (which glibc never unloads) whose rules were computed into a table: at
+/// an unload only those are compared with the ranges that went, not the
+/// whole table (8 Ki entries or more: ~12 us a `dlclose` of a plugin,
+/// scanned in full). A superset of those in the table (entries replaced
+/// since stay listed), as long as the table (mapped, its pages touched as
+/// it fills). When it cannot be trusted (full, or a thread found it busy
+/// and could not add to it) the unload scans the table as before and lists
+/// afresh what the table holds. Never waited on: a hook in a signal handler
+/// may find it held by the thread it interrupted.
+struct Unloadable {
+    busy: AtomicBool,
+    /// Set when an address may be missing from the list.
+    incomplete: AtomicBool,
+    len: AtomicUsize,
+    ips: &'static [AtomicU64],
+}
+
+impl Unloadable {
+    fn new(slots: usize) -> Unloadable {
+        let ips: &'static [AtomicU64] = match crate::sys::Mapped::zeroed(slots * 8) {
+            // SAFETY: a fresh zeroed mapping of `slots` words (zero is a
+            // valid AtomicU64, a page is aligned for it), never unmapped,
+            // shared only as this slice.
+            Some(map) => unsafe {
+                core::slice::from_raw_parts(map.leak().cast::<AtomicU64>(), slots)
+            },
+            None => &[],
+        };
+        Unloadable {
+            busy: AtomicBool::new(false),
+            incomplete: AtomicBool::new(ips.is_empty()),
+            len: AtomicUsize::new(0),
+            ips,
+        }
+    }
+
+    fn try_hold(&self) -> bool {
+        !self.busy.swap(true, Ordering::Acquire)
+    }
+
+    fn release(&self) {
+        self.busy.store(false, Ordering::Release);
+    }
+
+    /// Lists `ip` (a rule about to be stored for it).
+    fn note(&self, ip: u64) {
+        if !self.try_hold() {
+            self.incomplete.store(true, Ordering::Release);
+            return;
+        }
+        let n = self.len.load(Ordering::Relaxed);
+        match self.ips.get(n) {
+            Some(slot) => {
+                slot.store(ip, Ordering::Relaxed);
+                self.len.store(n + 1, Ordering::Relaxed);
+            }
+            None => self.incomplete.store(true, Ordering::Release),
+        }
+        self.release();
+    }
+}
+
+/// The address ranges of the objects loaded before the program started,
+/// read by [`init`]: glibc never unloads them, so their rules never go.
+static PERMANENT: std::sync::OnceLock<Box<[(u64, u64)]>> = std::sync::OnceLock::new();
+
+/// Whether `ip` lies in an object that is never unloaded.
+fn permanent(ip: u64) -> bool {
+    PERMANENT
+        .get()
+        .is_some_and(|r| r.iter().any(|&(lo, hi)| ip >= lo && ip < hi))
 }
 
 static TABLE: AtomicPtr<Table> = AtomicPtr::new(core::ptr::null_mut());
@@ -176,6 +253,7 @@ pub fn init() {
         !v.is_null() && core::ffi::CStr::from_ptr(v).to_bytes() == b"1"
     };
     VERIFY.store(verify, Ordering::Relaxed);
+    let _ = PERMANENT.set(crate::objects::Loaded::read().ranges().into());
     TABLE.store(Box::leak(Box::new(Table::new(SLOTS))), Ordering::Release);
 }
 
@@ -241,6 +319,9 @@ fn lookup_in(home: &AtomicPtr<Table>, table: &Table, ip: u64) -> u64 {
         return v;
     }
     let v = encode(ip, compute(ip));
+    if !permanent(ip) {
+        table.unloadable.note(ip);
+    }
     // A thread reading the pair meanwhile may see a key with another
     // address's value: the check bits reject it and it computes the rule.
     second
@@ -617,19 +698,94 @@ pub fn invalidate_ranges(ranges: &[(u64, u64)]) {
     }
 }
 
-/// Empties `table`'s entries whose return address lies in one of `ranges`.
+/// Empties `table`'s entries whose return address lies in one of `ranges`:
+/// those of the addresses [`Unloadable`] lists, or, when the list cannot
+/// be trusted, every entry's, listing afresh what stays.
 fn forget_ranges(table: &Table, ranges: &[(u64, u64)]) {
+    // Code the list does not cover: an object a library's constructor
+    // loaded, and now unloads, before ours read the permanent ones.
+    let unlisted = PERMANENT.get().is_some_and(|p| {
+        ranges
+            .iter()
+            .any(|&(lo, hi)| p.iter().any(|&(plo, phi)| lo < phi && plo < hi))
+    });
+    if unlisted {
+        scan_out(table, ranges);
+        return;
+    }
+    let list = &table.unloadable;
+    if !list.try_hold() {
+        scan_out(table, ranges);
+        list.incomplete.store(true, Ordering::Release);
+        return;
+    }
+    if list.incomplete.swap(false, Ordering::AcqRel) {
+        // One pass: out with what went, and what stays listed again (a
+        // thread that finds the list busy meanwhile marks it incomplete
+        // once more).
+        let mut n = 0;
+        for e in table.entries.iter() {
+            let ra = e.key.load(Ordering::Acquire);
+            if inside(ra, ranges) {
+                e.key.store(0, Ordering::Release);
+                e.val.store(0, Ordering::Release);
+                continue;
+            }
+            if ra == 0 || permanent(ra) {
+                continue;
+            }
+            match list.ips.get(n) {
+                Some(slot) => slot.store(ra, Ordering::Relaxed),
+                None => {
+                    list.incomplete.store(true, Ordering::Release);
+                    break;
+                }
+            }
+            n += 1;
+        }
+        list.len.store(n.min(list.ips.len()), Ordering::Relaxed);
+        list.release();
+        return;
+    }
+    let mut n = list.len.load(Ordering::Relaxed);
+    let mut i = 0;
+    while i < n {
+        let ip = list.ips[i].load(Ordering::Relaxed);
+        if !inside(ip, ranges) {
+            i += 1;
+            continue;
+        }
+        let set = set_of(ip, table.entries.len());
+        for e in &table.entries[set..set + 2] {
+            if e.key.load(Ordering::Acquire) == ip {
+                e.key.store(0, Ordering::Release);
+                e.val.store(0, Ordering::Release);
+            }
+        }
+        n -= 1;
+        list.ips[i].store(list.ips[n].load(Ordering::Relaxed), Ordering::Relaxed);
+    }
+    list.len.store(n, Ordering::Relaxed);
+    list.release();
+}
+
+/// Whether `ra` lies in one of `ranges`. One unsigned comparison per range
+/// and no branch until the end: whether an entry's address lies below a
+/// range is a coin toss (the table is ordered by hash), and `ra >= lo &&
+/// ra < hi` cost a mispredicted branch every other entry (~18 us a scan at
+/// 8 Ki entries, most of a plugin's unload).
+#[inline(always)]
+fn inside(ra: u64, ranges: &[(u64, u64)]) -> bool {
+    ranges.iter().fold(false, |hit, &(lo, hi)| {
+        hit | (ra.wrapping_sub(lo) < hi.wrapping_sub(lo))
+    })
+}
+
+/// Empties every entry of `table` whose return address lies in `ranges`.
+fn scan_out(table: &Table, ranges: &[(u64, u64)]) {
     for e in table.entries.iter() {
         let ra = e.key.load(Ordering::Acquire);
-        // One unsigned comparison per range and no branch until the end:
-        // whether an entry's address lies below a range is a coin toss
-        // (the table is ordered by hash), and `ra >= lo && ra < hi` cost a
-        // mispredicted branch every other entry (~18 us a scan at 8 Ki
-        // entries, most of a plugin's unload).
-        let inside = ranges.iter().fold(false, |hit, &(lo, hi)| {
-            hit | (ra.wrapping_sub(lo) < hi.wrapping_sub(lo))
-        });
-        if inside {
+        if inside(ra, ranges) {
             e.key.store(0, Ordering::Release);
             e.val.store(0, Ordering::Release);
         }
@@ -1451,6 +1607,87 @@ mod tests {
         assert_eq!(t.computed.load(Ordering::Relaxed), 3, "b stayed");
         lookup_in(&home, &t, a);
         assert_eq!(t.computed.load(Ordering::Relaxed), 4, "a went");
+    }
+
+    /// A table of its own, leaked, with the rules of `ips` computed into it.
+    fn table_with(ips: &[u64]) -> (&'static AtomicPtr<Table>, &'static Table) {
+        init();
+        let home: &'static AtomicPtr<Table> = Box::leak(Box::new(AtomicPtr::new(Box::into_raw(
+            Box::new(Table::new(SLOTS)),
+        ))));
+        // SAFETY: the table is leaked, never freed.
+        let t = unsafe { &*home.load(Ordering::Acquire) };
+        for &ip in ips {
+            lookup_in(home, t, ip);
+        }
+        (home, t)
+    }
+
+    /// The rules computed again when `ips` are looked up once more.
+    fn recomputed(home: &AtomicPtr<Table>, t: &Table, ips: &[u64]) -> u64 {
+        let before = t.computed.load(Ordering::Relaxed);
+        for &ip in ips {
+            lookup_in(home, t, ip);
+        }
+        t.computed.load(Ordering::Relaxed) - before
+    }
+
+    /// An unload compares the listed addresses with what went, and when
+    /// the list cannot be trusted (incomplete: it was busy when a rule was
+    /// added, or full) the whole table, listing afresh what stays; either
+    /// way exactly the rules inside the ranges go.
+    #[test]
+    fn the_unloadable_list_or_the_whole_table_forgets_the_same_rules() {
+        let inside = [0x60_1000u64, 0x60_1ff8];
+        let outside = [0x60_0ff8u64, 0x60_2000, 0x70_0000];
+        let all: Vec<u64> = inside.iter().chain(&outside).copied().collect();
+        let gone = [(0x60_1000, 0x60_2000)];
+        for how in ["listed", "incomplete", "busy", "full"] {
+            let (home, t) = table_with(&all);
+            let list = &t.unloadable;
+            assert_eq!(list.len.load(Ordering::Relaxed), 5, "{how}");
+            match how {
+                "incomplete" => list.incomplete.store(true, Ordering::Relaxed),
+                "busy" => assert!(list.try_hold()),
+                "full" => {
+                    for i in 0..SLOTS as u64 {
+                        list.note(0x1_0000_0000 + i * 8);
+                    }
+                    assert!(list.incomplete.load(Ordering::Relaxed));
+                }
+                _ => {}
+            }
+            forget_ranges(t, &gone);
+            if how == "busy" {
+                list.release();
+                assert!(list.incomplete.load(Ordering::Relaxed), "{how}");
+            }
+            assert_eq!(recomputed(home, t, &outside), 0, "{how}: kept");
+            assert_eq!(recomputed(home, t, &inside), 2, "{how}: forgotten");
+            // Listed again after a full scan: the next unload uses the list.
+            forget_ranges(t, &gone);
+            assert!(!list.incomplete.load(Ordering::Relaxed), "{how}");
+            assert_eq!(recomputed(home, t, &outside), 0, "{how}: kept again");
+            assert_eq!(recomputed(home, t, &inside), 2, "{how}: forgotten again");
+            if how != "full" {
+                assert_eq!(list.len.load(Ordering::Relaxed), 5, "{how}");
+            }
+        }
+    }
+
+    /// The rules of an object loaded before the program started are not
+    /// listed (it is never unloaded); if code there goes all the same (a
+    /// library's constructor loaded it before ours ran), the whole table is
+    /// scanned for it.
+    #[test]
+    fn code_the_list_does_not_cover_is_scanned_for() {
+        let here = code_the_list_does_not_cover_is_scanned_for as *const () as u64 + 16;
+        assert!(permanent(here));
+        let (home, t) = table_with(&[here, 0x60_0000]);
+        assert_eq!(t.unloadable.len.load(Ordering::Relaxed), 1);
+        forget_ranges(t, &[(here - 16, here + 16)]);
+        assert_eq!(recomputed(home, t, &[0x60_0000]), 0);
+        assert_eq!(recomputed(home, t, &[here]), 1);
     }
 
     /// Forgetting the rules of unloaded code keeps every other rule: only

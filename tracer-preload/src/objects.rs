@@ -257,6 +257,11 @@ impl Loaded {
         out
     }
 
+    /// The objects' address ranges, `[start, end)`.
+    pub fn ranges(&self) -> &[(u64, u64)] {
+        &self.ranges
+    }
+
     /// The address ranges `before` (read earlier) held and `self` no longer
     /// does: empty when nothing was unloaded in between. `None` when that
     /// cannot be told (the loader gave no counts, or loaded something in
