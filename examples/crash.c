@@ -28,6 +28,9 @@
  *            signal again with kill(getpid(), sig) (the older idiom) or
  *            pthread_kill(pthread_self(), sig): killed by SIGTERM.
  *   kill9    sends itself SIGKILL with kill(): killed by SIGKILL.
+ *   group, killpg  becomes a process group of its own, sets SIGTERM's
+ *            default disposition itself, and sends SIGTERM to its group
+ *            with kill(-pgrp) or killpg(pgrp): killed by SIGTERM.
  */
 #include <pthread.h>
 #include <signal.h>
@@ -96,6 +99,15 @@ int main(int argc, char **argv)
         kill(getpid(), SIGTERM);
     } else if (strcmp(mode, "kill9") == 0) {
         kill(getpid(), SIGKILL);
+    } else if (strcmp(mode, "group") == 0 || strcmp(mode, "killpg") == 0) {
+        /* A group of its own: the signal must not reach whoever ran it. */
+        if (setpgid(0, 0) != 0)
+            return 1;
+        signal(SIGTERM, SIG_DFL);
+        if (strcmp(mode, "group") == 0)
+            kill(-getpgrp(), SIGTERM);
+        else
+            killpg(getpgrp(), SIGTERM);
     } else if (strncmp(mode, "reraise", 7) == 0) {
         struct sigaction sa;
         memset(&sa, 0, sizeof sa);

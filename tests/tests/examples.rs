@@ -438,6 +438,9 @@ fn a_signal_the_program_raises_again_from_its_own_handler() {
 fn a_signal_the_handler_sends_again_with_kill_or_pthread_kill() {
     finished_by_sigterm("reraise-kill");
     finished_by_sigterm("reraise-pthread");
+    // To its own process group, at a default disposition it set itself.
+    finished_by_sigterm("group");
+    finished_by_sigterm("killpg");
 }
 
 /// `kill(getpid(), SIGKILL)`: nothing runs after it, so the files are

@@ -945,21 +945,30 @@ fn report_throughput() {
     }
 }
 
+/// Whether libtracer.so was built next to the binary; tests that need it
+/// skip when not (`cargo test -p tracer-cli` alone), but CI runs
+/// scripts/test.sh, which builds the library first: there a missing
+/// library is a failure, not a reason to skip.
+fn real_library_built() -> bool {
+    let lib = Path::new(TRACER).with_file_name("libtracer.so");
+    if lib.is_file() {
+        return true;
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "{} not built under CI",
+        lib.display()
+    );
+    eprintln!("skipped: {} not built", lib.display());
+    false
+}
+
 /// `tracer run` with the real library, when it was built next to the
 /// binary (the CI builds every artifact before testing; `cargo test -p
 /// tracer-cli` alone does not build the library, and the test says so).
 #[test]
 fn run_with_the_real_library() {
-    let lib = Path::new(TRACER).with_file_name("libtracer.so");
-    if !lib.is_file() {
-        // CI runs scripts/test.sh, which builds the library first: there a
-        // missing library is a failure, not a reason to skip.
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "{} not built under CI",
-            lib.display()
-        );
-        eprintln!("skipped: {} not built", lib.display());
+    if !real_library_built() {
         return;
     }
     let dir = scratch("run-real");
@@ -1005,14 +1014,7 @@ fn run_with_the_real_library() {
 /// that process's own working directory.
 #[test]
 fn a_relative_output_is_anchored_where_tracer_run_started() {
-    let lib = Path::new(TRACER).with_file_name("libtracer.so");
-    if !lib.is_file() {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "{} not built under CI",
-            lib.display()
-        );
-        eprintln!("skipped: {} not built", lib.display());
+    if !real_library_built() {
         return;
     }
     let dir = scratch("run-relative");

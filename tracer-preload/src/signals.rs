@@ -167,8 +167,9 @@ pub fn before_kill(pid: libc::pid_t, sig: c_int) {
     let reaches = pid == me
         || pid == 0
         || (pid < -1 && {
-            // SAFETY: getpgrp has no arguments and cannot fail.
-            -pid == unsafe { libc::getpgrp() }
+            // SAFETY: getpgrp has no arguments and cannot fail. (A group
+            // id is positive: its negation cannot overflow, `-pid` could.)
+            pid == -unsafe { libc::getpgrp() }
         });
     if reaches {
         before_signal_to_self(sig, true);
