@@ -4,6 +4,8 @@
 //! with them (or differ by exactly the amount the example documents). Output
 //! and exit status are the same with and without libtracer.
 
+use std::path::Path;
+
 use tracer_tests::*;
 
 /// Hand-derived figures: (allocation calls, frees, bytes allocated, live bytes, live blocks).
@@ -229,6 +231,70 @@ fn a_program_with_its_own_malloc_is_told_it_is_not_traced() {
     // Quiet: nothing.
     let run = run_traced(&cmd, &[("TRACER_QUIET", "1")]);
     assert_eq!(run.stderr(), "");
+}
+
+/// glibc's malloc checker (`libc_malloc_debug.so`, what `MALLOC_CHECK_`
+/// needs since glibc 2.34) preloaded ahead of libtracer: it defines
+/// `malloc` only under its version (`malloc@GLIBC_2.2.5`), which programs
+/// bind to and a plain `dlsym` does not see. Its allocations go around
+/// libtracer, and one line says so.
+#[test]
+fn a_malloc_preloaded_ahead_under_glibc_s_version_is_named() {
+    let debug = Path::new("/lib/x86_64-linux-gnu/libc_malloc_debug.so.0");
+    if !debug.exists() {
+        eprintln!("skipped: no {}", debug.display());
+        return;
+    }
+    let cmd = Cmd::new(example("leak"));
+    let preload = format!("{}:{}", debug.display(), tracer_lib().display());
+    let run = run_traced(
+        &cmd,
+        &[
+            ("LD_PRELOAD", preload.as_str()),
+            ("TRACER_QUIET", "0"),
+            ("MALLOC_CHECK_", "3"),
+        ],
+    );
+    let stderr = run.stderr();
+    let said: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("defines malloc ahead of libtracer.so"))
+        .collect();
+    assert_eq!(said.len(), 1, "{stderr}");
+    assert!(said[0].contains("libc_malloc_debug.so"), "{stderr}");
+    assert_eq!(single_trace(&run).figures.allocations, 0);
+}
+
+/// `examples/ahead_malloc.c`, an allocator preloaded ahead of libtracer,
+/// under python3: a non-PIE executable that takes `malloc`'s address, so
+/// that a lookup of `malloc` finds the executable's stub, not the
+/// allocator. The allocator is named all the same.
+#[test]
+fn an_allocator_preloaded_ahead_is_named_under_a_non_pie_program() {
+    let dir = fresh_dir("ahead-malloc");
+    let lib = dir.join("libahead_malloc.so");
+    let src = repo_root().join("examples/ahead_malloc.c");
+    let status = std::process::Command::new("gcc")
+        .args(["-O0", "-shared", "-fPIC", "-o"])
+        .arg(&lib)
+        .arg(&src)
+        .status()
+        .expect("gcc");
+    assert!(status.success(), "gcc {}", src.display());
+    let cmd = Cmd::new("/usr/bin/python3")
+        .arg("-c")
+        .arg("print(len([0] * 1000))");
+    let preload = format!("{}:{}", lib.display(), tracer_lib().display());
+    let run = run_traced(&cmd, &[("LD_PRELOAD", &preload), ("TRACER_QUIET", "0")]);
+    assert_eq!(String::from_utf8_lossy(&run.output.stdout), "1000\n");
+    let stderr = run.stderr();
+    let said: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("defines malloc ahead of libtracer.so"))
+        .collect();
+    assert_eq!(said.len(), 1, "{stderr}");
+    assert!(said[0].contains(&*lib.to_string_lossy()), "{stderr}");
+    assert_eq!(single_trace(&run).figures.allocations, 0);
 }
 
 #[test]

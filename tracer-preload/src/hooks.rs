@@ -184,42 +184,138 @@ pub fn resolve_usable_size() -> usize {
     f
 }
 
+/// Whether `found` is a `malloc` defined where the loader found it (filling
+/// `info` with that object), under whatever name sits at that address
+/// (tcmalloc's is `__libc_malloc`), not an undefined symbol with a value: a program
+/// (not position-independent) that takes `malloc`'s address gets a stub of
+/// its own for it (python3, node), which dlsym returns but whose calls
+/// reach us.
+///
+/// # Safety
+/// `found` is an address the loader returned.
+unsafe fn defines_malloc(found: *mut c_void, info: &mut libc::Dl_info) -> bool {
+    // <elf.h>'s section index of an undefined symbol; <dlfcn.h>'s request
+    // for the symbol's table entry.
+    const SHN_UNDEF: u16 = 0;
+    const RTLD_DL_SYMENT: c_int = 1;
+    let mut sym: *mut c_void = core::ptr::null_mut();
+    // SAFETY: dladdr1 only reads the loader's tables and fills `info` and
+    // `sym`; the name and the symbol entry it returns are the loader's.
+    unsafe {
+        libc::dladdr1(found, info, &mut sym, RTLD_DL_SYMENT) != 0
+            && !info.dli_fname.is_null()
+            && info.dli_saddr == found
+            && !sym.is_null()
+            && (*sym.cast::<libc::Elf64_Sym>()).st_shndx != SHN_UNDEF
+    }
+}
+
+/// The libraries the loader lists ahead of libtracer.so, by name: the
+/// ones preloaded before it (the executable, whose name is empty, and the
+/// vDSO aside).
+fn preloaded_ahead() -> Vec<std::ffi::CString> {
+    struct Walk {
+        ours: u64,
+        names: Vec<std::ffi::CString>,
+        done: bool,
+    }
+    unsafe extern "C" fn each(
+        info: *mut libc::dl_phdr_info,
+        _size: libc::size_t,
+        data: *mut c_void,
+    ) -> c_int {
+        // SAFETY: dl_iterate_phdr passes a valid info for the duration of
+        // the call; `data` is the Walk below, alive meanwhile.
+        unsafe {
+            let walk = &mut *data.cast::<Walk>();
+            let info = &*info;
+            if walk.done || info.dlpi_addr == walk.ours {
+                walk.done = true;
+                return 0;
+            }
+            if !info.dlpi_name.is_null() {
+                let name = core::ffi::CStr::from_ptr(info.dlpi_name);
+                if name.to_bytes().contains(&b'/') {
+                    walk.names.push(name.to_owned());
+                }
+            }
+        }
+        0
+    }
+    let mut walk = Walk {
+        ours: sys::own_load_bias(),
+        names: Vec::new(),
+        done: false,
+    };
+    // SAFETY: the callback gets `walk` back as its data pointer and runs
+    // synchronously inside dl_iterate_phdr, while `walk` lives.
+    unsafe {
+        libc::dl_iterate_phdr(Some(each), (&mut walk as *mut Walk).cast());
+    }
+    walk.names
+}
+
 /// The object that takes the program's `malloc` calls when it is not
 /// libtracer: an executable that defines `malloc` itself (a statically
 /// linked allocator) comes before every preloaded library in the loader's
-/// search order, so its allocations never reach our hooks. `None` when
+/// search order, so its allocations never reach our hooks; so does a
+/// library preloaded ahead of us. `None` when
 /// ours is the one found (or nothing can be told).
 pub fn malloc_taken_by() -> Option<String> {
     let _g = tls::enter();
     // Not the address of our `malloc`: taken in this object, it is the
     // loader's canonical one, i.e. the program's when the program defines it.
     let (lo, hi) = sys::own_text_range();
-    // SAFETY: dlsym and dladdr only read the loader's tables; `info` is a
-    // zeroed local they fill, its name a string the loader owns.
+    // SAFETY: dlsym, dlvsym and dladdr only read the loader's tables; `info`
+    // is a zeroed local they fill, its name a string the loader owns.
     unsafe {
-        let found = libc::dlsym(libc::RTLD_DEFAULT, c"malloc".as_ptr());
-        if found.is_null() || (lo..hi).contains(&(found as u64)) {
-            return None;
-        }
-        // <elf.h>'s section index of an undefined symbol; <dlfcn.h>'s
-        // request for the symbol's table entry.
-        const SHN_UNDEF: u16 = 0;
-        const RTLD_DL_SYMENT: c_int = 1;
+        // Two places to look: the default definition (a program's own, a
+        // preloaded allocator's), and the one of glibc's version, which
+        // programs' references carry and a definition of that version only
+        // satisfies as well (glibc's `libc_malloc_debug.so`, preloaded for
+        // `MALLOC_CHECK_`), where a plain `dlsym` returns libc's. glibc's
+        // own `malloc` is at `__libc_malloc`'s address.
+        let glibc = libc::dlsym(libc::RTLD_DEFAULT, c"__libc_malloc".as_ptr());
+        let candidates = [
+            libc::dlsym(libc::RTLD_DEFAULT, c"malloc".as_ptr()),
+            libc::dlvsym(
+                libc::RTLD_DEFAULT,
+                c"malloc".as_ptr(),
+                c"GLIBC_2.2.5".as_ptr(),
+            ),
+        ];
         let mut info: libc::Dl_info = core::mem::zeroed();
-        let mut sym: *mut c_void = core::ptr::null_mut();
-        // A program (not position-independent) that takes `malloc`'s
-        // address gets a stub of its own for it (python3, node), which
-        // dlsym returns but whose calls reach us: an undefined symbol with
-        // a value. Only a `malloc` defined there counts.
-        if libc::dladdr1(found, &mut info, &mut sym, RTLD_DL_SYMENT) == 0
-            || info.dli_fname.is_null()
-            || info.dli_saddr != found
-            || info.dli_sname.is_null()
-            || core::ffi::CStr::from_ptr(info.dli_sname) != c"malloc"
-            || sym.is_null()
-            || (*sym.cast::<libc::Elf64_Sym>()).st_shndx == SHN_UNDEF
-        {
-            return None;
+        let found = candidates.into_iter().any(|found| {
+            !found.is_null()
+                && found != glibc
+                && !(lo..hi).contains(&(found as u64))
+                && defines_malloc(found, &mut info)
+        });
+        if !found {
+            // A non-PIE program that takes `malloc`'s address (python3)
+            // makes its own stub the one both lookups find: ask each
+            // library preloaded ahead of us for a `malloc` of its own.
+            return preloaded_ahead()
+                .into_iter()
+                .find(|name| {
+                    let h = libc::dlopen(name.as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD);
+                    if h.is_null() {
+                        return false;
+                    }
+                    let own = [
+                        libc::dlsym(h, c"malloc".as_ptr()),
+                        libc::dlvsym(h, c"malloc".as_ptr(), c"GLIBC_2.2.5".as_ptr()),
+                    ]
+                    .into_iter()
+                    .any(|f| {
+                        !f.is_null()
+                            && defines_malloc(f, &mut info)
+                            && core::ffi::CStr::from_ptr(info.dli_fname) == name.as_c_str()
+                    });
+                    libc::dlclose(h);
+                    own
+                })
+                .map(|name| name.to_string_lossy().into_owned());
         }
         let name = core::ffi::CStr::from_ptr(info.dli_fname).to_string_lossy();
         // The main program's name is empty in the loader's list.

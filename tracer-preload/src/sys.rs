@@ -643,6 +643,26 @@ pub fn raw_exit_group(status: c_int) -> ! {
     }
 }
 
+/// This library's load bias (the loader's `l_addr`, `dlpi_addr` in
+/// `dl_iterate_phdr`): where its ELF header lies less the address of its
+/// first loadable segment.
+pub fn own_load_bias() -> u64 {
+    extern "C" {
+        static __ehdr_start: libc::Elf64_Ehdr;
+    }
+    // SAFETY: as in own_text_range: our mapped ELF header and its program
+    // headers, read only.
+    unsafe {
+        let ehdr = core::ptr::addr_of!(__ehdr_start);
+        let base_addr = ehdr as u64;
+        let phdrs = (base_addr + (*ehdr).e_phoff) as *const libc::Elf64_Phdr;
+        (0..(*ehdr).e_phnum as usize)
+            .map(|i| &*phdrs.add(i))
+            .find(|ph| ph.p_type == libc::PT_LOAD)
+            .map_or(base_addr, |ph| base_addr.wrapping_sub(ph.p_vaddr & !0xfff))
+    }
+}
+
 /// Start and end of this library's executable segment, found from our own ELF
 /// program headers in memory (no loader lock, no allocation), so stacks can drop
 /// the tracer's own frames however the compiler inlined them.
