@@ -1122,3 +1122,38 @@ fn an_idle_program_s_writer_sleeps_long() {
         after - before
     );
 }
+
+/// `examples/sanitized.c`, built with AddressSanitizer, whose runtime ends
+/// the process when a library is preloaded ahead of it: exec'd by a traced
+/// shell, or run by `tracer run`, it runs untraced, as it does without the
+/// tracer (it ended at once with status 1), and one line says why.
+#[test]
+fn a_program_built_with_a_sanitizer_runs_untraced() {
+    let bin = example_with("sanitized", &["-O0", "-g", "-fsanitize=address"]);
+    let plain = Cmd::new(&bin).run_plain();
+    assert_eq!(String::from_utf8_lossy(&plain.stdout), "sanitized: ran\n");
+    assert_eq!(plain.status.code(), Some(0));
+    let script = format!("{}; echo status $?", bin.display());
+    let run = run_traced(
+        &Cmd::new("/bin/sh").arg("-c").arg(&script),
+        &[("TRACER_QUIET", "0")],
+    );
+    let stderr = run.stderr();
+    assert_eq!(
+        String::from_utf8_lossy(&run.output.stdout),
+        "sanitized: ran\nstatus 0\n",
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("must come first and takes malloc: it runs untraced"),
+        "{stderr}"
+    );
+    // The shell's trace only.
+    assert_eq!(run.manifest.len(), 1, "{:?}", run.manifest);
+
+    let out = tracer(&["run".as_ref(), "--".as_ref(), bin.as_os_str()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "sanitized: ran\n");
+    assert!(stderr.contains("(libasan.so"), "{stderr}");
+}

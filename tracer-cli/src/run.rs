@@ -227,12 +227,27 @@ pub fn execute(opts: &Options, out: &mut dyn Write) -> Result<i32, Failure> {
     let dir = PrivateDir::create()?;
     let manifest = dir.0.join("manifest");
     let mut cmd = Command::new(program);
-    cmd.args(args)
-        .env(
-            "LD_PRELOAD",
-            preload_value(&lib, std::env::var_os("LD_PRELOAD").as_deref()),
-        )
-        .env("TRACER_MANIFEST", &manifest);
+    cmd.args(args).env("TRACER_MANIFEST", &manifest);
+    // A program whose sanitizer runtime must come first would end at once
+    // with libtracer ahead of it: it runs as it would untraced.
+    let sanitized = find_program(Path::new(program)).and_then(|p| sanitizer_runtime(&p));
+    match &sanitized {
+        Some(runtime) => {
+            if !opts.quiet {
+                eprintln!(
+                    "tracer: {} is built with a sanitizer whose runtime ({runtime}) must come \
+                     first and takes malloc: it runs untraced",
+                    Path::new(program).display()
+                );
+            }
+        }
+        None => {
+            cmd.env(
+                "LD_PRELOAD",
+                preload_value(&lib, std::env::var_os("LD_PRELOAD").as_deref()),
+            );
+        }
+    }
     for (var, value) in [
         ("TRACER_FORMAT", opts.format.clone()),
         ("TRACER_SYSCALLS", opts.syscalls.clone()),
@@ -524,9 +539,18 @@ fn check_kind(
 /// the reason when the program's file shows one.
 fn no_trace_line(program: &Path) -> String {
     let found = find_program(program);
-    let why = found
-        .as_deref()
-        .and_then(|p| unreachable_reason(p).map(|r| (p, r)));
+    let why = found.as_deref().and_then(|p| {
+        unreachable_reason(p)
+            .or_else(|| {
+                sanitizer_runtime(p).map(|r| {
+                    format!(
+                        "is built with a sanitizer whose runtime ({r}) must come first and \
+                         takes malloc: its allocations are the sanitizer's, and it ran untraced"
+                    )
+                })
+            })
+            .map(|r| (p, r))
+    });
     match why {
         Some((p, reason)) => format!("tracer: no trace was written: {} {reason}", p.display()),
         None => format!(
@@ -591,6 +615,45 @@ fn unreachable_reason(path: &Path) -> Option<String> {
         }
     }
     Some("is statically linked: LD_PRELOAD does not reach it".into())
+}
+
+/// Libraries (by the start of their name) that must come first among a
+/// process's libraries and take `malloc`: AddressSanitizer's,
+/// ThreadSanitizer's and HWASan's runtimes, gcc's and clang's.
+const FIRST_RUNTIMES: [&str; 6] = [
+    "libasan.so",
+    "libtsan.so",
+    "libhwasan.so",
+    "libclang_rt.asan",
+    "libclang_rt.tsan",
+    "libclang_rt.hwasan",
+];
+
+/// The sanitizer runtime among `path`'s needed libraries (its `.dynamic`
+/// section's `DT_NEEDED` entries) that must come first: the runtime ends
+/// the process when another library is preloaded ahead of it ("ASan
+/// runtime does not come first in initial library list").
+fn sanitizer_runtime(path: &Path) -> Option<String> {
+    use object::{Object, ObjectSection};
+    let data = std::fs::read(path).ok()?;
+    let file = object::File::parse(&*data).ok()?;
+    let dynamic = file.section_by_name(".dynamic")?.data().ok()?;
+    let strings = file.section_by_name(".dynstr")?.data().ok()?;
+    dynamic
+        .chunks_exact(16)
+        .map(|e| {
+            let tag = u64::from_le_bytes(e[..8].try_into().unwrap_or_default());
+            let val = u64::from_le_bytes(e[8..].try_into().unwrap_or_default());
+            (tag, val)
+        })
+        .take_while(|&(tag, _)| tag != 0)
+        .filter(|&(tag, _)| tag == 1)
+        .filter_map(|(_, at)| {
+            let rest = strings.get(usize::try_from(at).ok()?..)?;
+            let name = &rest[..rest.iter().position(|&b| b == 0)?];
+            Some(String::from_utf8_lossy(name).into_owned())
+        })
+        .find(|name| FIRST_RUNTIMES.iter().any(|r| name.starts_with(r)))
 }
 
 /// Allocators a program links in and calls by names of their own, never

@@ -18,6 +18,8 @@ use core::sync::atomic::{AtomicUsize, Ordering};
 
 use libc::{c_char, c_int, c_long, c_uint, c_void, size_t};
 
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+
 use crate::{fds, lifecycle, sys, syscalls, tls};
 
 // ---------------------------------------------------------------- allocation
@@ -791,17 +793,23 @@ impl ExecEnv {
     }
 }
 
-/// The environment for the new program: as given, or without libtracer in
+/// The environment for the new program (`program`, searched in `PATH`
+/// when `search` and it has no slash): as given, or without libtracer in
 /// `LD_PRELOAD` when exec'd programs are not to be traced
-/// ([`crate::preload::without_tracer_environment`]), or with it (and the
-/// `TRACER_*` variables this process started with) when they are and the
-/// program built an environment without them
+/// ([`crate::preload::without_tracer_environment`]) or the program is built
+/// with a sanitizer whose runtime must come first ([`crate::sanitizer`]),
+/// or with it (and the `TRACER_*` variables this process started with)
+/// when they are and the program built an environment without them
 /// ([`crate::preload::traced_environment`]).
 ///
 /// # Safety
 /// `envp` is null or an exec's environment: NUL-terminated strings, then a
-/// null pointer.
-pub unsafe fn exec_env(envp: *const *const c_char) -> ExecEnv {
+/// null pointer; `program` is null or a NUL-terminated string.
+pub unsafe fn exec_env(
+    program: *const c_char,
+    search: bool,
+    envp: *const *const c_char,
+) -> ExecEnv {
     let _g = tls::enter();
     let mut env = ExecEnv {
         given: envp,
@@ -818,7 +826,7 @@ pub unsafe fn exec_env(envp: *const *const c_char) -> ExecEnv {
     // SAFETY: `envp` holds `n` valid NUL-terminated strings (the exec's
     // contract), alive for this call.
     let entries = (0..n).map(|i| unsafe { core::ffi::CStr::from_ptr(*envp.add(i)) }.to_bytes());
-    let rewritten = if lifecycle::follow_exec() {
+    let rewritten = if lifecycle::follow_exec() && !needs_sanitizer_first(program, search) {
         crate::preload::traced_environment(entries)
     } else {
         Some(crate::preload::without_tracer_environment(entries))
@@ -839,6 +847,42 @@ pub unsafe fn exec_env(envp: *const *const c_char) -> ExecEnv {
     env
 }
 
+/// Whether `program` (searched in `PATH` when `search` and it has no
+/// slash, as `execvp` does) needs a sanitizer runtime first; then one line
+/// on stderr says it runs untraced.
+///
+/// # Safety
+/// `program` is null or a NUL-terminated string.
+unsafe fn needs_sanitizer_first(program: *const c_char, search: bool) -> bool {
+    if program.is_null() {
+        return false;
+    }
+    // SAFETY: the caller's NUL-terminated string, alive for this call.
+    let given = unsafe { core::ffi::CStr::from_ptr(program) };
+    let path = if search && !given.to_bytes().contains(&b'/') {
+        let dirs = std::env::var_os("PATH").unwrap_or_else(|| "/bin:/usr/bin".into());
+        std::env::split_paths(&dirs).find_map(|d| {
+            let p = d.join(std::ffi::OsStr::from_bytes(given.to_bytes()));
+            let c = std::ffi::CString::new(p.into_os_string().into_vec()).ok()?;
+            // SAFETY: a NUL-terminated path we own.
+            (unsafe { libc::access(c.as_ptr(), libc::X_OK) } == 0).then_some(c)
+        })
+    } else {
+        Some(given.to_owned())
+    };
+    let Some(runtime) = path.as_deref().and_then(crate::sanitizer::runtime_of) else {
+        return false;
+    };
+    if !lifecycle::quiet() {
+        sys::stderr_line(&format!(
+            "{} is built with a sanitizer whose runtime ({runtime}) must come first and takes \
+             malloc: it runs untraced",
+            given.to_string_lossy()
+        ));
+    }
+    true
+}
+
 /// Common path of every exec hook: finish the trace, exec, resume on failure.
 unsafe fn exec_common(
     file: *const c_char,
@@ -849,7 +893,7 @@ unsafe fn exec_common(
     let traced = lifecycle::is_traced_process();
     let captured = syscalls::before_exec(file, argv, envp);
     let resume = traced && lifecycle::before_exec();
-    let env = exec_env(envp);
+    let env = exec_env(file, search_path, envp);
     let envp = env.as_ptr();
     let rc = if search_path {
         match real_execvpe() {

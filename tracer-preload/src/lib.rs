@@ -24,6 +24,7 @@
 //! | [`fds`] | keeping the trace descriptors out of the program's reach |
 //! | [`config`] | `TRACER_*` environment variables |
 //! | [`preload`] | `LD_PRELOAD` editing for `TRACER_FOLLOW_EXEC=0` |
+//! | [`sanitizer`] | programs whose sanitizer runtime must come first: exec'd untraced |
 //! | [`syscalls`] | system call capture (`TRACER_FORMAT=tlv`); its wrappers (`read`, `openat`, `connect`, `mmap`, `fork`, `vfork`, `pthread_create`, `exit`, …) are exported from `syscalls::hooks` |
 
 // The exported functions' safety contracts are those of the C functions of the
@@ -64,6 +65,7 @@ mod lifecycle;
 mod objects;
 mod plist;
 mod preload;
+mod sanitizer;
 #[cfg_attr(test, allow(dead_code))]
 mod scan;
 mod side;
@@ -279,7 +281,8 @@ macro_rules! spawn_entry {
             let Some(f) = REAL.get::<hooks::SpawnFn>() else {
                 return libc::ENOSYS;
             };
-            let env = hooks::exec_env(envp);
+            let search = stringify!($name) == "posix_spawnp";
+            let env = hooks::exec_env(file, search, envp);
             f(pid, file, actions, attr, argv, env.as_ptr())
         }
     };

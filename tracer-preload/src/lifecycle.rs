@@ -118,6 +118,11 @@ impl Early {
     }
 }
 
+/// Whether `TRACER_QUIET` silences our lines on stderr.
+pub fn quiet() -> bool {
+    config().is_none_or(|c| c.quiet)
+}
+
 fn config() -> Option<&'static Config> {
     let p = CONFIG.load(Ordering::Acquire);
     // SAFETY: CONFIG is set once to a leaked Box and never freed.
