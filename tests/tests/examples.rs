@@ -203,6 +203,14 @@ fn a_process_that_calls_daemon_finishes_its_trace() {
     );
 }
 
+/// The one line of `stderr` that contains `what` (asserting there is
+/// exactly one).
+fn said_once<'a>(stderr: &'a str, what: &str) -> &'a str {
+    let said: Vec<&str> = stderr.lines().filter(|l| l.contains(what)).collect();
+    assert_eq!(said.len(), 1, "{stderr}");
+    said[0]
+}
+
 /// `examples/own_malloc.c` defines `malloc` and friends in the executable,
 /// whose definitions come before any preloaded library's: its allocations
 /// go around libtracer. The program runs as untraced, and one line on
@@ -220,12 +228,8 @@ fn a_program_with_its_own_malloc_is_told_it_is_not_traced() {
     assert_eq!(plain.stdout, run.output.stdout);
     assert_eq!(plain.status.code(), run.output.status.code());
     let stderr = run.stderr();
-    let said: Vec<&str> = stderr
-        .lines()
-        .filter(|l| l.contains("defines malloc"))
-        .collect();
-    assert_eq!(said.len(), 1, "{stderr}");
-    assert!(said[0].contains(&*bin.to_string_lossy()), "{stderr}");
+    let said = said_once(&stderr, "defines malloc");
+    assert!(said.contains(&*bin.to_string_lossy()), "{stderr}");
     let trace = single_trace(&run);
     assert_eq!(trace.figures.allocations, 0);
     // Quiet: nothing.
@@ -256,12 +260,8 @@ fn a_malloc_preloaded_ahead_under_glibc_s_version_is_named() {
         ],
     );
     let stderr = run.stderr();
-    let said: Vec<&str> = stderr
-        .lines()
-        .filter(|l| l.contains("defines malloc ahead of libtracer.so"))
-        .collect();
-    assert_eq!(said.len(), 1, "{stderr}");
-    assert!(said[0].contains("libc_malloc_debug.so"), "{stderr}");
+    let said = said_once(&stderr, "defines malloc ahead of libtracer.so");
+    assert!(said.contains("libc_malloc_debug.so"), "{stderr}");
     assert_eq!(single_trace(&run).figures.allocations, 0);
 }
 
@@ -288,12 +288,8 @@ fn an_allocator_preloaded_ahead_is_named_under_a_non_pie_program() {
     let run = run_traced(&cmd, &[("LD_PRELOAD", &preload), ("TRACER_QUIET", "0")]);
     assert_eq!(String::from_utf8_lossy(&run.output.stdout), "1000\n");
     let stderr = run.stderr();
-    let said: Vec<&str> = stderr
-        .lines()
-        .filter(|l| l.contains("defines malloc ahead of libtracer.so"))
-        .collect();
-    assert_eq!(said.len(), 1, "{stderr}");
-    assert!(said[0].contains(&*lib.to_string_lossy()), "{stderr}");
+    let said = said_once(&stderr, "defines malloc ahead of libtracer.so");
+    assert!(said.contains(&*lib.to_string_lossy()), "{stderr}");
     assert_eq!(single_trace(&run).figures.allocations, 0);
 }
 

@@ -643,59 +643,57 @@ pub fn raw_exit_group(status: c_int) -> ! {
     }
 }
 
-/// This library's load bias (the loader's `l_addr`, `dlpi_addr` in
-/// `dl_iterate_phdr`): where its ELF header lies less the address of its
-/// first loadable segment.
-pub fn own_load_bias() -> u64 {
+/// This library's ELF header address and its program headers, read from
+/// memory (no loader lock, no allocation).
+fn own_program_headers() -> (u64, &'static [libc::Elf64_Phdr]) {
     extern "C" {
+        // Defined by the linker at the start of this object's ELF header.
         static __ehdr_start: libc::Elf64_Ehdr;
     }
-    // SAFETY: as in own_text_range: our mapped ELF header and its program
-    // headers, read only.
+    // SAFETY: __ehdr_start is the mapped ELF header of this shared object;
+    // its program headers are mapped too (they sit in the first PT_LOAD
+    // segment), for the life of the process.
     unsafe {
         let ehdr = core::ptr::addr_of!(__ehdr_start);
         let base_addr = ehdr as u64;
         let phdrs = (base_addr + (*ehdr).e_phoff) as *const libc::Elf64_Phdr;
-        (0..(*ehdr).e_phnum as usize)
-            .map(|i| &*phdrs.add(i))
-            .find(|ph| ph.p_type == libc::PT_LOAD)
-            .map_or(base_addr, |ph| base_addr.wrapping_sub(ph.p_vaddr & !0xfff))
+        (
+            base_addr,
+            core::slice::from_raw_parts(phdrs, (*ehdr).e_phnum as usize),
+        )
     }
+}
+
+/// This library's load bias (the loader's `l_addr`, `dlpi_addr` in
+/// `dl_iterate_phdr`): where its ELF header lies less the address of its
+/// first loadable segment.
+pub fn own_load_bias() -> u64 {
+    let (base_addr, phdrs) = own_program_headers();
+    phdrs
+        .iter()
+        .find(|ph| ph.p_type == libc::PT_LOAD)
+        .map_or(base_addr, |ph| base_addr.wrapping_sub(ph.p_vaddr & !0xfff))
 }
 
 /// Start and end of this library's executable segment, found from our own ELF
 /// program headers in memory (no loader lock, no allocation), so stacks can drop
 /// the tracer's own frames however the compiler inlined them.
 pub fn own_text_range() -> (u64, u64) {
-    extern "C" {
-        // Defined by the linker at the start of this object's ELF header.
-        static __ehdr_start: libc::Elf64_Ehdr;
-    }
-    // SAFETY: __ehdr_start is the mapped ELF header of this shared object; its
-    // program headers are mapped too (they sit in the first PT_LOAD segment).
-    unsafe {
-        let ehdr = core::ptr::addr_of!(__ehdr_start);
-        let base_addr = ehdr as u64;
-        let phdrs = (base_addr + (*ehdr).e_phoff) as *const libc::Elf64_Phdr;
-        let mut first_vaddr = None;
-        let (mut lo, mut hi) = (u64::MAX, 0u64);
-        for i in 0..(*ehdr).e_phnum as usize {
-            let ph = &*phdrs.add(i);
-            if ph.p_type != libc::PT_LOAD {
-                continue;
-            }
-            let first = *first_vaddr.get_or_insert(ph.p_vaddr & !0xfff);
-            if ph.p_flags & libc::PF_X != 0 {
-                let bias = base_addr.wrapping_sub(first);
-                lo = lo.min(bias.wrapping_add(ph.p_vaddr));
-                hi = hi.max(bias.wrapping_add(ph.p_vaddr + ph.p_memsz));
-            }
-        }
-        if lo > hi {
-            (0, 0)
-        } else {
-            (lo, hi)
-        }
+    let bias = own_load_bias();
+    let (lo, hi) = own_program_headers()
+        .1
+        .iter()
+        .filter(|ph| ph.p_type == libc::PT_LOAD && ph.p_flags & libc::PF_X != 0)
+        .fold((u64::MAX, 0u64), |(lo, hi), ph| {
+            (
+                lo.min(bias.wrapping_add(ph.p_vaddr)),
+                hi.max(bias.wrapping_add(ph.p_vaddr + ph.p_memsz)),
+            )
+        });
+    if lo > hi {
+        (0, 0)
+    } else {
+        (lo, hi)
     }
 }
 
