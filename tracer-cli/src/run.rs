@@ -635,7 +635,10 @@ const FIRST_RUNTIMES: [&str; 6] = [
 /// runtime does not come first in initial library list").
 fn sanitizer_runtime(path: &Path) -> Option<String> {
     use object::{Object, ObjectSection};
-    let data = std::fs::read(path).ok()?;
+    let f = std::fs::File::open(path).ok()?;
+    // SAFETY: a read-only private mapping of the program's file, as in
+    // `own_allocator` (read before the program runs, here).
+    let data = unsafe { memmap2::Mmap::map(&f) }.ok()?;
     let file = object::File::parse(&*data).ok()?;
     let dynamic = file.section_by_name(".dynamic")?.data().ok()?;
     let strings = file.section_by_name(".dynstr")?.data().ok()?;
