@@ -1192,3 +1192,30 @@ fn quick_exit_is_captured_as_exit_group() {
         );
     }
 }
+
+/// `examples/idle_syscalls.c`: 520 ms idle, then 5 writes, then SIGKILL
+/// 60 ms later. The first record after the idle time wakes the writer
+/// (which sleeps 100 ms at a time by then), so the file has the 5 writes
+/// (a build where only a half-full ring wakes it had none).
+#[test]
+fn system_calls_after_an_idle_time_reach_the_file_at_once() {
+    let run = run_traced(
+        &Cmd::new(example("idle_syscalls")),
+        &[("TRACER_FORMAT", "tlv")],
+    );
+    assert_eq!(
+        status_text(&run.output.status),
+        "signal 9",
+        "{}",
+        run.stderr()
+    );
+    let traces = syscall_traces(&run);
+    assert_eq!(traces.len(), 1, "{traces:?}");
+    let file = &traces.values().next().unwrap()[0];
+    let (_, calls) = read_syscalls(file);
+    let writes = calls
+        .iter()
+        .filter(|c| c.number == libc::SYS_write as u16 && c.result == 1)
+        .count();
+    assert_eq!(writes, 5, "{calls:?}");
+}

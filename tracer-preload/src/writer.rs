@@ -413,7 +413,7 @@ pub fn run(
     // the writer at their first message (a fork's child may inherit them so).
     let mut last_busy = Instant::now();
     let mut deep = false;
-    lane::wake_on_any(false);
+    wake_on_any(false);
     loop {
         // Read before the look at the flush requests below: a request made
         // after it ends the nap at once (see `interrupt_nap`).
@@ -478,7 +478,7 @@ pub fn run(
                 sys::futex_wait(&NAP, nap_word, Duration::from_micros(NAP_US));
             } else {
                 if !deep && last_busy.elapsed() >= DEEP_AFTER {
-                    lane::wake_on_any(true);
+                    wake_on_any(true);
                     deep = true;
                 }
                 sleep_until_woken(&rx, if deep { ALONE_CHECK } else { idle });
@@ -497,7 +497,7 @@ pub fn run(
             idle = Duration::from_micros(500);
             last_busy = Instant::now();
             if deep {
-                lane::wake_on_any(false);
+                wake_on_any(false);
                 deep = false;
             }
         }
@@ -535,6 +535,13 @@ pub fn run(
 /// (`lifecycle::program_gone`), and how long it sleeps at most once the
 /// program has been idle for `DEEP_AFTER`.
 const ALONE_CHECK: Duration = Duration::from_millis(100);
+
+/// Whether the lanes' and the syscall rings' first message wakes the
+/// writer (see `DEEP_AFTER`).
+fn wake_on_any(any: bool) {
+    lane::wake_on_any(any);
+    syscalls::ring::wake_on_any(any);
+}
 
 /// Idle time after which the writer sleeps `ALONE_CHECK` at a time, not
 /// 10 ms, and a lane's first message wakes it ([`lane::wake_on_any`]): an

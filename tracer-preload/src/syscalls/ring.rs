@@ -27,7 +27,8 @@
 //! the ring and a thread's records keep their order.
 //!
 //! The writer polls every ring on its own schedule (its idle sleep is at most
-//! 10 ms); a producer wakes it only when its ring is more than half full, and
+//! 10 ms, 100 ms once the program has been idle a while, when any record
+//! wakes it); a producer wakes it only when its ring is more than half full, and
 //! waits (never drops) when the ring is full while tracing goes on. Rings
 //! are never freed: a thread's ring is given back by a `pthread` key
 //! destructor when the thread exits, and reused once the writer has drained
@@ -386,8 +387,9 @@ impl<'r> Rec<'r> {
         }
         let new_head = self.head + (self.skip + size) as u64;
         self.ring.head.0.store(new_head, Ordering::Release);
-        // Past half full: make sure the writer is not asleep.
-        if new_head - self.tail > (CAP / 2) as u64 {
+        // Past half full (past nothing while the writer sleeps long: see
+        // `wake_on_any`): make sure the writer is not asleep.
+        if new_head - self.tail > WAKE_PAST.load(Ordering::Relaxed) {
             sys::keep_errno(writer::wake_if_sleeping);
         }
         true
@@ -554,6 +556,17 @@ fn drain_ring(ring: &Ring, emit: &mut impl FnMut(&SyscallView<'_>)) -> usize {
             .compare_exchange(ABANDONED, FREE, Ordering::AcqRel, Ordering::Relaxed);
     }
     count
+}
+
+/// Bytes in a ring past which a record wakes a sleeping writer: half the
+/// ring, or 0 while the writer sleeps long in an idle program.
+static WAKE_PAST: AtomicU64 = AtomicU64::new(CAP as u64 / 2);
+
+/// Whether any record wakes the writer (`true`: it is about to sleep long),
+/// or only one past half its ring; read without a fence, as the lanes'.
+pub fn wake_on_any(any: bool) {
+    let past = if any { 0 } else { CAP as u64 / 2 };
+    WAKE_PAST.store(past, Ordering::Release);
 }
 
 /// Whether every ring is empty.

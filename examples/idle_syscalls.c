@@ -1,0 +1,27 @@
+/* System calls after a long idle time, then SIGKILL.
+ *
+ * Sleeps 520 ms doing nothing (the tracer's writer then sleeps 100 ms at a
+ * time), opens /dev/null and writes one byte to it 5 times, sleeps 60 ms,
+ * and sends itself SIGKILL by the raw system call (as another process
+ * would: no hook of the tracer sees it). Captured with TRACER_FORMAT=tlv,
+ * the 5 writes must be in the file: the first record after the idle time
+ * wakes the writer, which flushes as soon as the program pauses. */
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+int main(void)
+{
+    struct timespec quiet = {0, 520 * 1000 * 1000};
+    struct timespec pause = {0, 60 * 1000 * 1000};
+    nanosleep(&quiet, NULL);
+    int fd = open("/dev/null", O_WRONLY);
+    for (int i = 0; i < 5; i++)
+        if (write(fd, "x", 1) != 1)
+            return 1;
+    nanosleep(&pause, NULL);
+    syscall(SYS_kill, getpid(), SIGKILL);
+    return 0;
+}
