@@ -28,6 +28,7 @@
 
 mod demangle;
 mod image;
+pub mod program;
 
 use std::collections::HashMap;
 use std::fmt;

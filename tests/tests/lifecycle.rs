@@ -1090,7 +1090,7 @@ fn plugins_loaded_by_threads_at_once_are_named_after_their_own_code() {
 /// A traced program that does nothing costs little: once it has been idle
 /// a while, the writer sleeps 100 ms at a time (the program's first message
 /// wakes it), not 10 ms. Counted as the writer thread's voluntary context
-/// switches over one idle second of `sleep`: ~10 then, ~100 before.
+/// switches over one idle second of `sleep`: 11 now, 98 before.
 #[test]
 fn an_idle_program_s_writer_sleeps_long() {
     let dir = fresh_dir("idle");
@@ -1116,8 +1116,11 @@ fn an_idle_program_s_writer_sleeps_long() {
     let after = switches().expect("the writer thread, still there");
     let status = wait_within(child, Duration::from_secs(20)).expect("sleep 3 ended");
     assert!(status.success(), "{status:?}");
+    // One sleep of 100 ms after another: 11 a second measured here (10
+    // sleeps and a wake-up the edges cut), never more on a loaded machine;
+    // 98 with the 10 ms sleeps before, 50 with 20 ms ones.
     assert!(
-        after - before <= 30,
+        after - before <= 15,
         "the idle writer woke {} times in a second",
         after - before
     );

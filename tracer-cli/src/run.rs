@@ -230,7 +230,8 @@ pub fn execute(opts: &Options, out: &mut dyn Write) -> Result<i32, Failure> {
     cmd.args(args).env("TRACER_MANIFEST", &manifest);
     // A program whose sanitizer runtime must come first would end at once
     // with libtracer ahead of it: it runs as it would untraced.
-    let sanitized = find_program(Path::new(program)).and_then(|p| sanitizer_runtime(&p));
+    let sanitized =
+        find_program(Path::new(program)).and_then(|p| symbolizer::program::sanitizer_runtime(&p));
     match &sanitized {
         Some(runtime) => {
             if !opts.quiet {
@@ -542,7 +543,7 @@ fn no_trace_line(program: &Path) -> String {
     let why = found.as_deref().and_then(|p| {
         unreachable_reason(p)
             .or_else(|| {
-                sanitizer_runtime(p).map(|r| {
+                symbolizer::program::sanitizer_runtime(p).map(|r| {
                     format!(
                         "is built with a sanitizer whose runtime ({r}) must come first and \
                          takes malloc: its allocations are the sanitizer's, and it ran untraced"
@@ -561,17 +562,9 @@ fn no_trace_line(program: &Path) -> String {
     }
 }
 
-/// `program` as `execvp` finds it: a name with a slash as it is, another
-/// through `PATH`.
+/// `program` as `execvp` finds it (see `symbolizer::program`).
 fn find_program(program: &Path) -> Option<PathBuf> {
-    use std::os::unix::ffi::OsStrExt;
-    if program.as_os_str().as_bytes().contains(&b'/') {
-        return Some(program.to_path_buf());
-    }
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|d| d.join(program))
-        .find(|p| p.is_file())
+    symbolizer::program::find_program(program, std::env::var_os("PATH").as_deref())
 }
 
 /// Why the dynamic loader would not preload anything into `path`, when its
@@ -615,48 +608,6 @@ fn unreachable_reason(path: &Path) -> Option<String> {
         }
     }
     Some("is statically linked: LD_PRELOAD does not reach it".into())
-}
-
-/// Libraries (by the start of their name) that must come first among a
-/// process's libraries and take `malloc`: AddressSanitizer's,
-/// ThreadSanitizer's and HWASan's runtimes, gcc's and clang's.
-const FIRST_RUNTIMES: [&str; 6] = [
-    "libasan.so",
-    "libtsan.so",
-    "libhwasan.so",
-    "libclang_rt.asan",
-    "libclang_rt.tsan",
-    "libclang_rt.hwasan",
-];
-
-/// The sanitizer runtime among `path`'s needed libraries (its `.dynamic`
-/// section's `DT_NEEDED` entries) that must come first: the runtime ends
-/// the process when another library is preloaded ahead of it ("ASan
-/// runtime does not come first in initial library list").
-fn sanitizer_runtime(path: &Path) -> Option<String> {
-    use object::{Object, ObjectSection};
-    let f = std::fs::File::open(path).ok()?;
-    // SAFETY: a read-only private mapping of the program's file, as in
-    // `own_allocator` (read before the program runs, here).
-    let data = unsafe { memmap2::Mmap::map(&f) }.ok()?;
-    let file = object::File::parse(&*data).ok()?;
-    let dynamic = file.section_by_name(".dynamic")?.data().ok()?;
-    let strings = file.section_by_name(".dynstr")?.data().ok()?;
-    dynamic
-        .chunks_exact(16)
-        .map(|e| {
-            let tag = u64::from_le_bytes(e[..8].try_into().unwrap_or_default());
-            let val = u64::from_le_bytes(e[8..].try_into().unwrap_or_default());
-            (tag, val)
-        })
-        .take_while(|&(tag, _)| tag != 0)
-        .filter(|&(tag, _)| tag == 1)
-        .filter_map(|(_, at)| {
-            let rest = strings.get(usize::try_from(at).ok()?..)?;
-            let name = &rest[..rest.iter().position(|&b| b == 0)?];
-            Some(String::from_utf8_lossy(name).into_owned())
-        })
-        .find(|name| FIRST_RUNTIMES.iter().any(|r| name.starts_with(r)))
 }
 
 /// Allocators a program links in and calls by names of their own, never

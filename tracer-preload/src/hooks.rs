@@ -18,7 +18,7 @@ use core::sync::atomic::{AtomicUsize, Ordering};
 
 use libc::{c_char, c_int, c_long, c_uint, c_void, size_t};
 
-use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::ffi::OsStrExt;
 
 use crate::{fds, lifecycle, sys, syscalls, tls};
 
@@ -268,35 +268,28 @@ pub fn malloc_taken_by() -> Option<String> {
     // Not the address of our `malloc`: taken in this object, it is the
     // loader's canonical one, i.e. the program's when the program defines it.
     let (lo, hi) = sys::own_text_range();
-    // SAFETY: dlsym, dlvsym and dladdr only read the loader's tables; `info`
-    // is a zeroed local they fill, its name a string the loader owns.
+    // SAFETY: dlsym, dlvsym, dlopen(RTLD_NOLOAD) and dladdr only read the
+    // loader's tables; `info` is a zeroed local they fill, its name a
+    // string the loader owns.
     unsafe {
-        // Two places to look: the default definition (a program's own, a
-        // preloaded allocator's), and the one of glibc's version, which
-        // programs' references carry and a definition of that version only
-        // satisfies as well (glibc's `libc_malloc_debug.so`, preloaded for
-        // `MALLOC_CHECK_`), where a plain `dlsym` returns libc's. glibc's
-        // own `malloc` is at `__libc_malloc`'s address.
+        // The default definition: the program's own, or a PIE program's
+        // view of a library preloaded ahead of us. glibc's own `malloc`
+        // (at `__libc_malloc`'s address) is what it finds when that library
+        // defines `malloc` under glibc's version only (glibc's
+        // `libc_malloc_debug.so`, for `MALLOC_CHECK_`): the libraries ahead
+        // of us are asked below.
         let glibc = libc::dlsym(libc::RTLD_DEFAULT, c"__libc_malloc".as_ptr());
-        let candidates = [
-            libc::dlsym(libc::RTLD_DEFAULT, c"malloc".as_ptr()),
-            libc::dlvsym(
-                libc::RTLD_DEFAULT,
-                c"malloc".as_ptr(),
-                c"GLIBC_2.2.5".as_ptr(),
-            ),
-        ];
+        let found = libc::dlsym(libc::RTLD_DEFAULT, c"malloc".as_ptr());
         let mut info: libc::Dl_info = core::mem::zeroed();
-        let found = candidates.into_iter().any(|found| {
-            !found.is_null()
-                && found != glibc
-                && !(lo..hi).contains(&(found as u64))
-                && defines_malloc(found, &mut info)
-        });
+        let found = !found.is_null()
+            && found != glibc
+            && !(lo..hi).contains(&(found as u64))
+            && defines_malloc(found, &mut info);
         if !found {
             // A non-PIE program that takes `malloc`'s address (python3)
-            // makes its own stub the one both lookups find: ask each
-            // library preloaded ahead of us for a `malloc` of its own.
+            // makes its own stub the one `dlsym` finds: ask each library
+            // preloaded ahead of us for a `malloc` of its own, of any
+            // version.
             return preloaded_ahead()
                 .into_iter()
                 .find(|name| {
@@ -797,7 +790,7 @@ impl ExecEnv {
 /// when `search` and it has no slash): as given, or without libtracer in
 /// `LD_PRELOAD` when exec'd programs are not to be traced
 /// ([`crate::preload::without_tracer_environment`]) or the program is built
-/// with a sanitizer whose runtime must come first ([`crate::sanitizer`]),
+/// with a sanitizer whose runtime must come first (`symbolizer::program`),
 /// or with it (and the `TRACER_*` variables this process started with)
 /// when they are and the program built an environment without them
 /// ([`crate::preload::traced_environment`]).
@@ -859,18 +852,13 @@ unsafe fn needs_sanitizer_first(program: *const c_char, search: bool) -> bool {
     }
     // SAFETY: the caller's NUL-terminated string, alive for this call.
     let given = unsafe { core::ffi::CStr::from_ptr(program) };
-    let path = if search && !given.to_bytes().contains(&b'/') {
-        let dirs = std::env::var_os("PATH").unwrap_or_else(|| "/bin:/usr/bin".into());
-        std::env::split_paths(&dirs).find_map(|d| {
-            let p = d.join(std::ffi::OsStr::from_bytes(given.to_bytes()));
-            let c = std::ffi::CString::new(p.into_os_string().into_vec()).ok()?;
-            // SAFETY: a NUL-terminated path we own.
-            (unsafe { libc::access(c.as_ptr(), libc::X_OK) } == 0).then_some(c)
-        })
+    let name = std::path::Path::new(std::ffi::OsStr::from_bytes(given.to_bytes()));
+    let path = if search {
+        symbolizer::program::find_program(name, std::env::var_os("PATH").as_deref())
     } else {
-        Some(given.to_owned())
+        Some(name.to_path_buf())
     };
-    let Some(runtime) = path.as_deref().and_then(crate::sanitizer::runtime_of) else {
+    let Some(runtime) = path.and_then(|p| symbolizer::program::sanitizer_runtime(&p)) else {
         return false;
     };
     if !lifecycle::quiet() {

@@ -24,7 +24,6 @@
 //! | [`fds`] | keeping the trace descriptors out of the program's reach |
 //! | [`config`] | `TRACER_*` environment variables |
 //! | [`preload`] | `LD_PRELOAD` editing for `TRACER_FOLLOW_EXEC=0` |
-//! | [`sanitizer`] | programs whose sanitizer runtime must come first: exec'd untraced |
 //! | [`syscalls`] | system call capture (`TRACER_FORMAT=tlv`); its wrappers (`read`, `openat`, `connect`, `mmap`, `fork`, `vfork`, `pthread_create`, `exit`, …) are exported from `syscalls::hooks` |
 
 // The exported functions' safety contracts are those of the C functions of the
@@ -65,7 +64,6 @@ mod lifecycle;
 mod objects;
 mod plist;
 mod preload;
-mod sanitizer;
 #[cfg_attr(test, allow(dead_code))]
 mod scan;
 mod side;

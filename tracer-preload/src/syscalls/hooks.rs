@@ -94,6 +94,10 @@ const AT_FDCWD: c_int = libc::AT_FDCWD;
 /// arguments `$body` appends (`$r` is the result).
 macro_rules! wrap {
     ($name:ident ( $($p:ident : $t:ty),* ) -> $ret:ty, $nr:expr, |$a:ident, $r:ident| $body:block) => {
+        wrap!($name($($p: $t),*) -> $ret, $nr, before {}, |$a, $r| $body);
+    };
+    // `$before` runs first, whether the call is captured or not.
+    ($name:ident ( $($p:ident : $t:ty),* ) -> $ret:ty, $nr:expr, before $before:block, |$a:ident, $r:ident| $body:block) => {
         #[cfg_attr(not(test), no_mangle)]
         pub unsafe extern "C" fn $name($($p: $t),*) -> $ret {
             crate::syscalls::real!(REAL, concat!(stringify!($name), "\0"));
@@ -101,6 +105,7 @@ macro_rules! wrap {
             let Some(f) = REAL.get::<F>() else {
                 return <$ret as Ret>::unavailable();
             };
+            $before
             let number: u16 = $nr;
             let Some(t0) = start(number) else {
                 return f($($p),*);
@@ -741,26 +746,14 @@ wrap!(wait4(pid: pid_t, status: *mut c_int, options: c_int, rusage: *mut c_void)
     a.flags(options as u32 as u64);
     a.ptr(rusage);
 });
-/// `kill`: as [`wrap!`] makes them, after `signals::before_kill` (the
-/// files finished or flushed when the signal will end this process).
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn kill(pid: pid_t, sig: c_int) -> c_int {
-    crate::syscalls::real!(REAL, "kill\0");
-    type F = unsafe extern "C" fn(pid_t, c_int) -> c_int;
-    let Some(f) = REAL.get::<F>() else {
-        return <c_int as Ret>::unavailable();
-    };
+// The files are finished or flushed first when the signal will end this
+// process (`signals::before_kill`).
+wrap!(kill(pid: pid_t, sig: c_int) -> c_int, nr::KILL, before {
     crate::signals::before_kill(pid, sig);
-    let Some(t0) = start(nr::KILL) else {
-        return f(pid, sig);
-    };
-    let r = f(pid, sig);
-    done(nr::KILL, t0, Ret::as_i64(r), |a: &mut Args| {
-        a.int(i64::from(pid));
-        a.int(i64::from(sig));
-    });
-    r
-}
+}, |a, _r| {
+    a.int(i64::from(pid));
+    a.int(i64::from(sig));
+});
 
 type StartFn = extern "C" fn(*mut c_void) -> *mut c_void;
 

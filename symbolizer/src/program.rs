@@ -1,19 +1,22 @@
-//! Programs built with a sanitizer whose runtime must come first among the
-//! process's libraries: AddressSanitizer (`libasan.so`), ThreadSanitizer
-//! (`libtsan.so`) and HWASan (`libhwasan.so`), and clang's
-//! `libclang_rt.{asan,tsan,hwasan}` builds of them. Each checks at start,
-//! before any library's constructor, that it is the first object after the
-//! executable, and ends the process otherwise ("ASan runtime does not come
-//! first in initial library list"); each also takes `malloc`, so libtracer
-//! would record nothing there. An exec of such a program is given an
-//! environment without libtracer in `LD_PRELOAD`: it runs as it would
-//! untraced.
+//! What a program's file says before it runs: where `PATH` finds it, the
+//! libraries it needs (`DT_NEEDED`), and whether one of them is a sanitizer
+//! runtime that must come first among the process's libraries.
+//! AddressSanitizer (`libasan.so`), ThreadSanitizer (`libtsan.so`) and
+//! HWASan (`libhwasan.so`), and clang's `libclang_rt.{asan,tsan,hwasan}`
+//! builds of them, check at start, before any library's constructor, that
+//! they are the first object after the executable, and end the process
+//! otherwise ("ASan runtime does not come first in initial library list");
+//! each also takes `malloc`. Used by `tracer run` for the program it starts
+//! and by libtracer's exec hooks for the programs a traced process runs:
+//! both leave libtracer out of such a program's `LD_PRELOAD`.
 //!
-//! The runtime is found among the `DT_NEEDED` entries of the program's
-//! dynamic section, read from its file (a few `pread`s, at exec time only).
+//! The dynamic section is found through the program headers and read with
+//! a few `pread`s (no mapping, no section headers needed); every figure
+//! from the file is checked before use.
 
-use std::ffi::CStr;
-use std::os::unix::fs::FileExt;
+use std::ffi::OsStr;
+use std::os::unix::fs::{FileExt, PermissionsExt};
+use std::path::{Path, PathBuf};
 
 /// Libraries whose name starts with one of these need to come first.
 const FIRST: [&[u8]; 6] = [
@@ -25,16 +28,36 @@ const FIRST: [&[u8]; 6] = [
     b"libclang_rt.hwasan",
 ];
 
+/// `program` as `execvp` finds it: a name with a slash as it is, another
+/// in the first directory of `path` (a `PATH` value; glibc's default when
+/// `None`) that holds an executable file of that name.
+pub fn find_program(program: &Path, path: Option<&OsStr>) -> Option<PathBuf> {
+    use std::os::unix::ffi::OsStrExt;
+    if program.as_os_str().as_bytes().contains(&b'/') {
+        return Some(program.to_path_buf());
+    }
+    let dirs = path.unwrap_or(OsStr::new("/bin:/usr/bin"));
+    std::env::split_paths(dirs)
+        .map(|d| d.join(program))
+        .find(|p| {
+            std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+}
+
 /// The sanitizer runtime the program at `path` needs first, by name
 /// (`libasan.so.8`); `None` when it needs none, or its file cannot be read
 /// as a 64-bit little-endian ELF object.
-pub fn runtime_of(path: &CStr) -> Option<String> {
-    use std::os::unix::ffi::OsStrExt;
-    let f = std::fs::File::open(std::ffi::OsStr::from_bytes(path.to_bytes())).ok()?;
-    needed(&f)?
+pub fn sanitizer_runtime(path: &Path) -> Option<String> {
+    needed_libraries(path)?
         .into_iter()
         .find(|n| FIRST.iter().any(|p| n.starts_with(p)))
         .map(|n| String::from_utf8_lossy(&n).into_owned())
+}
+
+/// The names in the `DT_NEEDED` entries of the dynamic section of the ELF
+/// file at `path`.
+pub fn needed_libraries(path: &Path) -> Option<Vec<Vec<u8>>> {
+    needed(&std::fs::File::open(path).ok()?)
 }
 
 /// Reads `len` bytes at `off` (at most 1 MiB: a length from the file is
@@ -139,11 +162,29 @@ mod tests {
     /// ELF has no answer.
     #[test]
     fn needed_libraries_are_read_from_the_dynamic_section() {
-        let exe = std::fs::File::open("/proc/self/exe").unwrap();
-        let names = needed(&exe).unwrap();
+        let names = needed_libraries(Path::new("/proc/self/exe")).unwrap();
         assert!(names.iter().any(|n| n.starts_with(b"libc.so")), "{names:?}");
-        assert_eq!(runtime_of(c"/proc/self/exe"), None);
-        let text = std::fs::File::open("/proc/self/status").unwrap();
-        assert!(needed(&text).is_none());
+        assert_eq!(sanitizer_runtime(Path::new("/proc/self/exe")), None);
+        assert!(needed_libraries(Path::new("/proc/self/status")).is_none());
+    }
+
+    /// A name with a slash is taken as it is; another is looked up in the
+    /// directories given, in order, executable files only.
+    #[test]
+    fn programs_are_found_as_execvp_finds_them() {
+        assert_eq!(
+            find_program(Path::new("./x"), None),
+            Some(PathBuf::from("./x"))
+        );
+        let sh = find_program(
+            Path::new("sh"),
+            Some(OsStr::new("/nonexistent:/bin:/usr/bin")),
+        );
+        assert_eq!(sh, Some(PathBuf::from("/bin/sh")));
+        // /etc/passwd is a file, not an executable one.
+        assert_eq!(
+            find_program(Path::new("passwd"), Some(OsStr::new("/etc"))),
+            None
+        );
     }
 }
