@@ -2065,3 +2065,70 @@ fn the_documented_spool_example_is_what_the_writer_spools() {
     ];
     assert_eq!(spool.0.lock().unwrap().get_ref(), &want);
 }
+
+/// Metadata written over many lines (as a pretty-printer or another writer
+/// may write it), longer than the reader's 64 KiB steps, with one line that
+/// spans several of them: a JSON error is located at the byte that made it,
+/// wherever lines and steps begin.
+#[test]
+fn json_errors_are_located_exactly_in_metadata_of_many_lines() {
+    let long_name = "n".repeat(150_000);
+    let mut meta = String::from("{\n  \"stack_traces\": {\n");
+    for id in 0..6000 {
+        if id > 0 {
+            meta.push_str(",\n");
+        }
+        meta.push_str(&format!(
+            "    \"{id}\": [\n      {{\"file_id\": 0, \"line\": {id}, \"func_id\": {}}}\n    ]",
+            id % 2
+        ));
+    }
+    meta.push_str(&format!(
+        "\n  }},\n  \"files\": {{\"0\": \"a.c\"}},\n  \"functions\": {{\"0\": \"{long_name}\", \"1\": \"f\"}}\n}}\n"
+    ));
+    let mut file = vec![0u8; 256];
+    file[0..4].copy_from_slice(b"MTRC");
+    file[4] = 1;
+    file[16..20].copy_from_slice(&(meta.len() as u32).to_le_bytes());
+    file.extend_from_slice(meta.as_bytes());
+    // The file reads whole as it is.
+    let stacks = read_all(&file)
+        .iter()
+        .filter(|r| matches!(r, Record::Stack(_)))
+        .count();
+    assert_eq!(stacks, 6000);
+    let err = |b: &[u8]| Reader::new(b).find_map(|r| r.err()).expect("an error");
+    let m = meta.as_bytes();
+    // Places to break: near every 64 KiB step and every 10,007 bytes.
+    let mut near: Vec<usize> = (1..m.len() / 65536 + 1)
+        .flat_map(|k| (65536 * k).saturating_sub(4)..65536 * k + 4)
+        .collect();
+    near.extend((0..m.len()).step_by(10_007));
+    let mut checked = 0;
+    for p in near {
+        // The first ':' or ',' from there: an 'x' in its place is an error
+        // at that very byte.
+        let Some(q) = (p..m.len()).find(|&q| m[q] == b':' || m[q] == b',') else {
+            continue;
+        };
+        let mut b = file.clone();
+        b[256 + q] = b'x';
+        let e = err(&b);
+        assert_eq!(e.offset(), (256 + q) as u64, "{e}");
+        assert!(e.to_string().contains("'x'"), "{e}");
+        checked += 1;
+    }
+    assert!(checked > 30, "{checked}");
+    // A newline inside a string is an error at the newline: the parser's
+    // column is then 0, on the line after it.
+    for name_at in [
+        meta.find("\"a.c\"").unwrap() + 2,
+        meta.find(&long_name).unwrap() + 70_000,
+    ] {
+        let mut b = file.clone();
+        b[256 + name_at] = b'\n';
+        let e = err(&b);
+        assert_eq!(e.offset(), (256 + name_at) as u64, "{e}");
+        assert!(e.to_string().contains("0x0a"), "{e}");
+    }
+}

@@ -16,7 +16,7 @@
 //! - [`StackGen`] turns those runs into model `Stack` records one at a time,
 //!   in id order, when the reader yields them.
 
-use std::collections::HashMap;
+use crate::fasthash::FastMap;
 use std::fmt;
 use std::hash::Hash;
 use std::io::{self, Read};
@@ -45,9 +45,17 @@ pub(super) struct MetaRead<'a, R> {
     left: u64,
     /// The metadata's length (`L` of the header).
     pub len: u64,
-    /// The last byte handed out, and how many were.
-    pub last: Option<u8>,
+    /// How many bytes were handed out.
     pub consumed: u64,
+    /// Newlines among them, and the offset just past the last one.
+    lines: u64,
+    line_start: u64,
+    /// The last hand-out: where it lies in `buf`, its offset in the
+    /// metadata, and `lines`, `line_start` as they were before it.
+    handed: (usize, usize),
+    handed_at: u64,
+    handed_lines: u64,
+    handed_line_start: u64,
     /// Set when the file ends (or fails) before the metadata does.
     pub error: Option<FormatError>,
     /// Bytes taken from the source, not handed out yet: `buf[pos..end]`.
@@ -62,8 +70,13 @@ impl<'a, R: Read> MetaRead<'a, R> {
             src,
             left: len,
             len,
-            last: None,
             consumed: 0,
+            lines: 0,
+            line_start: 0,
+            handed: (0, 0),
+            handed_at: 0,
+            handed_lines: 0,
+            handed_line_start: 0,
             error: None,
             buf: vec![0; 1 << 16].into_boxed_slice(),
             pos: 0,
@@ -125,8 +138,8 @@ impl<R: Read> MetaRead<'_, R> {
 }
 
 impl<R: Read> Read for MetaRead<'_, R> {
-    /// serde_json asks for one byte at a time: served from the local buffer.
-    #[inline]
+    /// Hands out the rest of the local buffer (to the `BufReader` serde_json
+    /// reads through), noting where its lines begin.
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         if buf.is_empty() {
             return Ok(0);
@@ -138,11 +151,45 @@ impl<R: Read> Read for MetaRead<'_, R> {
             self.refill()?;
         }
         let n = buf.len().min(self.end - self.pos);
-        buf[..n].copy_from_slice(&self.buf[self.pos..self.pos + n]);
+        let out = &self.buf[self.pos..self.pos + n];
+        buf[..n].copy_from_slice(out);
+        (self.handed, self.handed_at) = ((self.pos, n), self.consumed);
+        (self.handed_lines, self.handed_line_start) = (self.lines, self.line_start);
+        if let Some(last) = memchr::memrchr(b'\n', out) {
+            self.lines += memchr::memchr_iter(b'\n', out).count() as u64;
+            self.line_start = self.consumed + last as u64 + 1;
+        }
         self.pos += n;
-        self.last = Some(buf[n - 1]);
         self.consumed += n as u64;
         Ok(n)
+    }
+}
+
+impl<R> MetaRead<'_, R> {
+    /// The metadata offset of the byte serde_json was at (its 1-based line,
+    /// and its column: bytes taken since that line began, 0 just after a
+    /// newline), and that byte. serde_json reads through a `BufReader` that
+    /// asks for more only once it has handed out everything it holds, so
+    /// that byte lies in the last hand-out, which `buf` still holds.
+    fn locate(&self, line: u64, column: u64) -> Option<(u64, u8)> {
+        let before = line.checked_sub(1)?;
+        let (from, n) = self.handed;
+        let handed = &self.buf[from..from + n];
+        let start = match before.checked_sub(self.handed_lines)? {
+            0 => self.handed_line_start,
+            k => {
+                let i = memchr::memchr_iter(b'\n', handed).nth(usize::try_from(k - 1).ok()?)?;
+                self.handed_at + i as u64 + 1
+            }
+        };
+        let pos = (start + column).checked_sub(1)?;
+        let byte = match pos.checked_sub(self.handed_at) {
+            Some(i) if i < n as u64 => handed[i as usize],
+            // Column 0: the newline that ended the previous hand-out.
+            _ if column == 0 => b'\n',
+            _ => return None,
+        };
+        Some((pos, byte))
     }
 }
 
@@ -154,24 +201,27 @@ pub(super) fn json_error<R>(m: &MetaRead<'_, R>, e: &serde_json::Error) -> Forma
     let full = e.to_string();
     let msg = full.split(" at line ").next().unwrap_or(&full);
     if e.is_eof() {
-        FormatError::invalid(
+        return FormatError::invalid(
             HEADER_LEN as u64 + m.len,
             format!("complete JSON metadata within its {} bytes ({msg})", m.len),
             "the end of the metadata",
-        )
-    } else {
-        let pos = m.consumed.saturating_sub(1);
-        let found = match m.last {
-            Some(b) if b.is_ascii_graphic() || b == b' ' => format!("'{}'", b as char),
-            Some(b) => format!("byte 0x{b:02x}"),
-            None => "the end of the metadata".into(),
-        };
-        FormatError::invalid(
-            HEADER_LEN as u64 + pos,
-            format!("valid JSON metadata ({msg})"),
-            found,
-        )
+        );
     }
+    let at = m.locate(e.line() as u64, e.column() as u64);
+    let (pos, found) = match at {
+        Some((pos, b)) if b.is_ascii_graphic() || b == b' ' => (pos, format!("'{}'", b as char)),
+        Some((pos, b)) => (pos, format!("byte 0x{b:02x}")),
+        // Not placed (no line): the last byte taken.
+        None => (
+            m.consumed.saturating_sub(1),
+            "what the parser stopped at".into(),
+        ),
+    };
+    FormatError::invalid(
+        HEADER_LEN as u64 + pos,
+        format!("valid JSON metadata ({msg})"),
+        found,
+    )
 }
 
 /// A table of the metadata mapping decimal stack ids to arrays, kept compact:
@@ -181,7 +231,7 @@ pub(super) struct Runs<T> {
     runs: Vec<(u64, usize, u32)>,
     refs: Vec<u32>,
     items: Vec<T>,
-    index: HashMap<T, u32>,
+    index: FastMap<T, u32>,
     /// The first key that is not a decimal id.
     pub bad_key: Option<String>,
 }
@@ -192,7 +242,7 @@ impl<T> Default for Runs<T> {
             runs: Vec::new(),
             refs: Vec::new(),
             items: Vec::new(),
-            index: HashMap::new(),
+            index: FastMap::default(),
             bad_key: None,
         }
     }
@@ -203,7 +253,7 @@ impl<T: Copy + Eq + Hash> Runs<T> {
     /// stays (as a JSON object read into a map keeps the last duplicate).
     /// The interning index is dropped: it is not needed any more.
     pub fn sort(&mut self) {
-        self.index = HashMap::new();
+        self.index = FastMap::default();
         self.runs.reverse();
         self.runs.sort_by_key(|r| r.0);
         self.runs.dedup_by_key(|r| r.0);
@@ -392,8 +442,8 @@ pub(super) struct StackGen {
     /// none): the two tables merged, so only one is held while stacks are
     /// yielded.
     stacks: Runs<(DocFrame, u64)>,
-    functions: HashMap<u64, String>,
-    files: HashMap<u64, String>,
+    functions: FastMap<u64, String>,
+    files: FastMap<u64, String>,
     unresolved: Option<u64>,
     next: usize,
 }
@@ -405,8 +455,8 @@ impl StackGen {
     pub fn new(
         mut traces: Runs<DocFrame>,
         mut addresses: Runs<u64>,
-        functions: HashMap<u64, String>,
-        files: HashMap<u64, String>,
+        functions: FastMap<u64, String>,
+        files: FastMap<u64, String>,
         unresolved: Option<u64>,
     ) -> Result<Self> {
         traces.sort();
@@ -463,7 +513,7 @@ impl StackGen {
             }
             merged.runs.push((id, mstart, len));
         }
-        merged.index = HashMap::new();
+        merged.index = FastMap::default();
         Ok(StackGen {
             stacks: merged,
             functions,

@@ -18,6 +18,7 @@ use super::{decode_event, Bad, RawEvent, ALLOC, EXPECTED_TYPE, FREE, GC, HEADER_
 use super::{MARKER, MAX_EVENT, SLOTS, VERSION};
 use crate::bytes::ByteSource;
 use crate::error::{FormatError, Result};
+use crate::fasthash::FastMap;
 use crate::model::*;
 
 #[derive(Deserialize)]
@@ -150,12 +151,12 @@ struct EventCtx {
     next_change_seq: u64,
     marker_threads: Vec<u32>,
     markers: usize,
-    functions: HashMap<u64, String>,
+    functions: FastMap<u64, String>,
     known: KnownStacks,
 }
 
 impl EventCtx {
-    fn new(start_us: u64, functions: HashMap<u64, String>, stack_ids: &[u64]) -> Self {
+    fn new(start_us: u64, functions: FastMap<u64, String>, stack_ids: &[u64]) -> Self {
         EventCtx {
             now_us: start_us,
             seq: 0,
@@ -355,7 +356,12 @@ impl<R: Read> Reader<R> {
         // Parsed straight from the source: the metadata can be far larger
         // than what it describes once interned (see `meta.rs`).
         let mut m = MetaRead::new(&mut self.src, meta_len.into());
-        let mut de = serde_json::Deserializer::from_reader(&mut m);
+        // Through a `BufReader`: std hands it out a byte at a time without a
+        // call per byte (`MetaRead::locate` places errors).
+        let mut de = serde_json::Deserializer::from_reader(std::io::BufReader::with_capacity(
+            1 << 16,
+            &mut m,
+        ));
         let parsed = Meta::deserialize(&mut de).and_then(|meta| de.end().map(|()| meta));
         let meta = match parsed {
             Ok(meta) => meta,
@@ -649,7 +655,7 @@ impl<R: Read> Reader<R> {
             ));
         }
         self.src.skip(8, "the reserved spool header bytes")?;
-        self.ctx = Some(EventCtx::new(0, HashMap::new(), &[]));
+        self.ctx = Some(EventCtx::new(0, FastMap::default(), &[]));
         self.spool = Some(Box::new(SpoolIn {
             tables: Tables::default(),
             pending: VecDeque::new(),
@@ -821,7 +827,7 @@ fn gather_fixed<R: Read>(
 }
 
 /// Parses the decimal keys of a metadata table.
-fn id_map<V>(m: HashMap<String, V>, table: &str) -> Result<HashMap<u64, V>> {
+fn id_map<V>(m: HashMap<String, V>, table: &str) -> Result<FastMap<u64, V>> {
     m.into_iter()
         .map(|(k, v)| match k.parse::<u64>() {
             Ok(id) if !k.starts_with('+') => Ok((id, v)),
