@@ -1182,7 +1182,7 @@ pub fn before_dlclose(path: String) -> bool {
     if let Ok(mut v) = ctl.unloading.lock() {
         v.push((path, tls::tid()));
     }
-    request_flush(ctl, Duration::from_secs(5));
+    request_flush(ctl, Duration::from_secs(5), false);
     true
 }
 
@@ -1191,7 +1191,7 @@ pub fn before_dlclose(path: String) -> bool {
 /// file) before the program can load other code in its place.
 pub fn after_dlclose() {
     if let Some(ctl) = tracing_control() {
-        request_flush(ctl, Duration::from_secs(5));
+        request_flush(ctl, Duration::from_secs(5), false);
     }
 }
 
@@ -1205,10 +1205,14 @@ fn tracing_control() -> Option<&'static Control> {
     unsafe { CONTROL.load(Ordering::Acquire).as_ref() }
 }
 
-/// Asks the writer to drain and flush; waits for it at most `limit`,
-/// asleep on the word the writer bumps when it has served a request (a
-/// `dlclose` in a loop paid a nap of the writer's and a 200 us poll each).
-fn request_flush(ctl: &Control, limit: Duration) {
+/// Asks the writer to handle what is queued, and with `files` to write it
+/// to the files too; waits for it at most `limit`, asleep on the word the
+/// writer bumps when it has served a request (a `dlclose` in a loop paid a
+/// nap of the writer's and a 200 us poll each).
+fn request_flush(ctl: &Control, limit: Duration, files: bool) {
+    if files {
+        ctl.flush_files.store(true, Ordering::SeqCst);
+    }
     let ticket = ctl
         .flush_requested
         .fetch_add(1, Ordering::SeqCst)
@@ -1245,7 +1249,7 @@ pub fn before_abort() {
         } else {
             Duration::from_secs(1)
         };
-        request_flush(ctl, limit);
+        request_flush(ctl, limit, true);
     }
 }
 

@@ -160,6 +160,9 @@ pub struct Control {
     /// Requesters sleep on `flush_done` (a futex word; tickets wrap).
     pub flush_requested: AtomicU32,
     pub flush_done: AtomicU32,
+    /// Set by a requester that needs the queue in the files (`abort`), not
+    /// only handled (`dlclose`: the frames inside the object named).
+    pub flush_files: AtomicBool,
     /// Objects about to be unloaded (`dlclose`), with the thread unloading
     /// them: before the flush is served, the addresses seen inside them are
     /// symbolized while still mapped.
@@ -446,8 +449,13 @@ pub fn run(
             if !unloading.is_empty() {
                 st.resolve_objects(&unloading);
             }
-            st.flush();
-            last_flush = Instant::now();
+            // Handled is enough for a `dlclose` (its object's frames named):
+            // the files wait for the periodic flush (a plugin host's loop
+            // paid a `write` a `dlclose`).
+            if ctl.flush_files.swap(false, Ordering::SeqCst) {
+                st.flush();
+                last_flush = Instant::now();
+            }
             ctl.flush_done.store(wanted, Ordering::SeqCst);
             sys::futex_wake_all(&ctl.flush_done);
         }
