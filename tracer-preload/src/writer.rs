@@ -1130,9 +1130,13 @@ impl State {
             Interned::New(id) => {
                 let frames = &frames[..frames.len().min(self.depth)];
                 let mut named = self.name_reused(frames, tid);
+                // Nearly always empty (no code unloaded where a frame is):
+                // then no frame is hashed to look in it (SipHash, ~135
+                // instructions a frame of a new stack).
+                let reused = !named.is_empty();
                 let mut unknown = false;
                 for &a in frames {
-                    if !named.contains_key(&a) {
+                    if !reused || !named.contains_key(&a) {
                         self.addresses.insert(a);
                         unknown |= !self.objects.contains(a);
                     }
@@ -1147,7 +1151,7 @@ impl State {
                         .iter()
                         .map(|&address| Frame {
                             address,
-                            symbol: named.remove(&address),
+                            symbol: if reused { named.remove(&address) } else { None },
                         })
                         .collect(),
                 };
