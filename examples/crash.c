@@ -27,6 +27,11 @@
  *   reraise-kill, reraise-pthread  as reraise, the handler sending the
  *            signal again with kill(getpid(), sig) (the older idiom) or
  *            pthread_kill(pthread_self(), sig): killed by SIGTERM.
+ *   reraise-tgkill, reraise-tkill  as reraise, the handler sending the
+ *            signal again to its own thread with the raw system calls,
+ *            through syscall(): killed by SIGTERM.
+ *   syscall-kill  sends itself SIGTERM with syscall(SYS_kill, ...): killed
+ *            by SIGTERM.
  *   kill9    sends itself SIGKILL with kill(): killed by SIGKILL.
  *   group, killpg  becomes a process group of its own, sets SIGTERM's
  *            default disposition itself, and sends SIGTERM to its group
@@ -36,6 +41,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 #include "out.h"
 
@@ -59,7 +65,8 @@ static void on_segv(int sig)
     _exit(3);
 }
 
-/* How reraise sends the signal again: 0 raise, 1 kill, 2 pthread_kill. */
+/* How reraise sends the signal again: 0 raise, 1 kill, 2 pthread_kill,
+ * 3 syscall(SYS_tgkill), 4 syscall(SYS_tkill). */
 static int reraise_how;
 
 /* Cleans up (nothing here), then lets the signal do what it would have. */
@@ -70,6 +77,10 @@ static void reraise(int sig)
         kill(getpid(), sig);
     else if (reraise_how == 2)
         pthread_kill(pthread_self(), sig);
+    else if (reraise_how == 3)
+        syscall(SYS_tgkill, getpid(), (pid_t)syscall(SYS_gettid), sig);
+    else if (reraise_how == 4)
+        syscall(SYS_tkill, (pid_t)syscall(SYS_gettid), sig);
     else
         raise(sig);
 }
@@ -95,8 +106,14 @@ int main(int argc, char **argv)
         reraise_how = 1;
     if (strcmp(mode, "reraise-pthread") == 0)
         reraise_how = 2;
+    if (strcmp(mode, "reraise-tgkill") == 0)
+        reraise_how = 3;
+    if (strcmp(mode, "reraise-tkill") == 0)
+        reraise_how = 4;
     if (strcmp(mode, "term") == 0) {
         kill(getpid(), SIGTERM);
+    } else if (strcmp(mode, "syscall-kill") == 0) {
+        syscall(SYS_kill, getpid(), SIGTERM);
     } else if (strcmp(mode, "kill9") == 0) {
         kill(getpid(), SIGKILL);
     } else if (strcmp(mode, "group") == 0 || strcmp(mode, "killpg") == 0) {

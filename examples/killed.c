@@ -3,7 +3,7 @@
  * Makes 100 allocations of 48 bytes and frees the first 40:
  *   allocation calls 100, frees 40, bytes allocated 4,800,
  *   live 2,880 bytes in 60 blocks.
- * Then sleeps 300 ms and sends itself SIGKILL (by the raw system call, as
+ * Then sleeps 300 ms and sends itself SIGKILL (by the system call instruction, as
  * another process would: no hook of the tracer sees it). A trace of it can only be
  * what the tracer flushed before the signal: its spool, to recover.
  *
@@ -14,7 +14,6 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 #include "out.h"
@@ -37,8 +36,6 @@ int main(int argc, char **argv)
     out_str("sleeping\n");
     struct timespec pause = {0, (idle ? 60 : 300) * 1000 * 1000};
     nanosleep(&pause, NULL);
-    /* The raw system call: as another process's kill, unseen by the
-     * tracer's kill hook (which would flush the files first). */
-    syscall(SYS_kill, getpid(), SIGKILL);
+    sigkill_self_unseen();
     return 0;
 }

@@ -505,6 +505,15 @@ fn a_signal_the_handler_sends_again_with_kill_or_pthread_kill() {
     finished_by_sigterm("killpg");
 }
 
+/// The same signals sent with the raw system calls through `syscall()`:
+/// `tgkill` and `tkill` to the handler's own thread, `kill` to the process.
+#[test]
+fn a_signal_sent_to_itself_through_syscall_finishes_the_files() {
+    finished_by_sigterm("reraise-tgkill");
+    finished_by_sigterm("reraise-tkill");
+    finished_by_sigterm("syscall-kill");
+}
+
 /// `kill(getpid(), SIGKILL)`: nothing runs after it, so the files are
 /// finished before the call, and say SIGKILL ended the process.
 #[test]

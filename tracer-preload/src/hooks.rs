@@ -424,13 +424,16 @@ pub unsafe fn close_range(first: c_uint, last: c_uint, flags: c_int) -> c_int {
     0
 }
 
-/// The descriptor calls and `exit_group` the program makes through
-/// `syscall()` (the exported `syscall` hands these five numbers here; see
-/// `lib.rs`, whose list of numbers must stay this match's): the same hooks
-/// as their libc functions, so that a program closing every descriptor with
-/// `syscall(SYS_close_range, 3, ~0U, 0)` does not close the trace files,
-/// and one ending with `syscall(SYS_exit_group, n)` has them finished (as
-/// by `_exit`). Returns what `syscall()` would (-1 and `errno` on failure).
+/// The descriptor calls, `exit_group` and the signal calls the program
+/// makes through `syscall()` (the exported `syscall` hands these eight
+/// numbers here; see `lib.rs`, whose list of numbers must stay this
+/// match's): the same hooks as their libc functions, so that a program
+/// closing every descriptor with `syscall(SYS_close_range, 3, ~0U, 0)` does
+/// not close the trace files, one ending with `syscall(SYS_exit_group, n)`
+/// has them finished (as by `_exit`), and one sending itself a signal that
+/// ends it with `syscall(SYS_tgkill, ...)` (a handler re-raising its
+/// signal) has them finished as by `raise`. Returns what `syscall()` would
+/// (-1 and `errno` on failure).
 pub unsafe extern "C" fn hooked_syscall(
     n: c_long,
     a1: c_long,
@@ -445,6 +448,17 @@ pub unsafe extern "C" fn hooked_syscall(
         libc::SYS_dup3 => dup3(a1 as c_int, a2 as c_int, a3 as c_int),
         libc::SYS_close_range => close_range(a1 as c_uint, a2 as c_uint, a3 as c_int),
         libc::SYS_exit_group => exit_now(a1 as c_int),
+        // A signal to this process: the files finished or flushed first, as
+        // by the `kill` and `pthread_kill` hooks.
+        libc::SYS_kill => crate::syscalls::hooks::kill(a1 as libc::pid_t, a2 as c_int),
+        libc::SYS_tgkill => {
+            crate::signals::before_tgkill(a1 as libc::pid_t, a2 as libc::pid_t, a3 as c_int);
+            return sys::direct_syscall(n, &[a1, a2, a3]);
+        }
+        libc::SYS_tkill => {
+            crate::signals::before_tkill(a1 as libc::pid_t, a2 as c_int);
+            return sys::direct_syscall(n, &[a1, a2]);
+        }
         _ => return sys::direct_syscall(n, &[a1, a2, a3, a4, a5]),
     };
     c_long::from(rc)

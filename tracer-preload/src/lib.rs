@@ -192,7 +192,8 @@ pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) 
 }
 
 /// `syscall()`: the four descriptor calls (`close`, `dup2`, `dup3`,
-/// `close_range`) and `exit_group` (the numbers below and the match there)
+/// `close_range`), `exit_group` and the three signal calls (`kill`,
+/// `tkill`, `tgkill`; the numbers below and the match there)
 /// go to their hooks ([`hooks::hooked_syscall`]), every
 /// other number to the kernel exactly as glibc's own `syscall()` makes it:
 /// the arguments moved one register down (the sixth from the stack), the
@@ -226,6 +227,12 @@ pub unsafe extern "C" fn syscall(n: c_long) -> c_long {
         "je 2f",
         "cmp rdi, {exit_group}",
         "je 2f",
+        "cmp rdi, {kill}",
+        "je 2f",
+        "cmp rdi, {tkill}",
+        "je 2f",
+        "cmp rdi, {tgkill}",
+        "je 2f",
         "mov rax, rdi",
         "mov rdi, rsi",
         "mov rsi, rdx",
@@ -248,6 +255,9 @@ pub unsafe extern "C" fn syscall(n: c_long) -> c_long {
         dup3 = const libc::SYS_dup3,
         close_range = const libc::SYS_close_range,
         exit_group = const libc::SYS_exit_group,
+        kill = const libc::SYS_kill,
+        tkill = const libc::SYS_tkill,
+        tgkill = const libc::SYS_tgkill,
         failed = sym hooks::syscall_failed,
         hooked = sym hooks::hooked_syscall,
     )

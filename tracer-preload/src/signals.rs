@@ -188,6 +188,38 @@ pub fn before_pthread_kill(thread: libc::pthread_t, sig: c_int) {
     }
 }
 
+/// Before the raw `tgkill(tgid, tid, sig)` (through `syscall()`): as for
+/// `pthread_kill` when `tgid` is this process, the calling thread's own
+/// when `tid` is.
+pub fn before_tgkill(tgid: libc::pid_t, tid: libc::pid_t, sig: c_int) {
+    if ends_process(sig) && tgid == sys::raw_getpid() as libc::pid_t {
+        before_signal_to_self(sig, tid == sys::raw_gettid() as libc::pid_t);
+    }
+}
+
+/// Before the raw `tkill(tid, sig)`: as for `tgkill` when `tid` is a thread
+/// of this process (asked of the kernel with signal 0, only for a signal
+/// that would end it).
+pub fn before_tkill(tid: libc::pid_t, sig: c_int) {
+    if !ends_process(sig) {
+        return;
+    }
+    let pid = sys::raw_getpid() as libc::pid_t;
+    let own = tid == sys::raw_gettid() as libc::pid_t;
+    // SAFETY: signal 0 only checks that the thread exists in the group
+    // (the program's errno kept).
+    let ours = own
+        || sys::keep_errno(|| unsafe {
+            sys::direct_syscall(
+                libc::SYS_tgkill,
+                &[libc::c_long::from(pid), libc::c_long::from(tid), 0],
+            )
+        }) == 0;
+    if ours {
+        before_signal_to_self(sig, own);
+    }
+}
+
 /// Whether `sig` at its default disposition ends the process.
 fn ends_process(sig: c_int) -> bool {
     sig == libc::SIGKILL || TERMINATING.contains(&sig) || CRASHES.contains(&sig)
