@@ -431,6 +431,14 @@ pub fn run(
             // allocating in loops waited ~50 ms for the writer to catch up
             // with them. A pass that handles nothing twice ends it (an
             // allocation left waiting for a free never seen).
+            //
+            // Handled is enough for a `dlclose` (its object's frames named):
+            // the files wait for the periodic flush (a plugin host's loop
+            // paid a `write` a `dlclose`) unless a requester asked for them.
+            // Taken before the marks: a request for the files whose ticket
+            // a later pass serves had its events published before it set
+            // the word, so a pass that takes the word also drains them.
+            let files = ctl.flush_files.swap(false, Ordering::SeqCst);
             let marks = lane::marks();
             let mut idle = 0;
             while !marks.taken() && idle < 2 {
@@ -449,10 +457,7 @@ pub fn run(
             if !unloading.is_empty() {
                 st.resolve_objects(&unloading);
             }
-            // Handled is enough for a `dlclose` (its object's frames named):
-            // the files wait for the periodic flush (a plugin host's loop
-            // paid a `write` a `dlclose`).
-            if ctl.flush_files.swap(false, Ordering::SeqCst) {
+            if files {
                 st.flush();
                 last_flush = Instant::now();
             }

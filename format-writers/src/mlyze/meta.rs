@@ -5,9 +5,10 @@
 //! every stack its own `{"file_id","line","func_id"}` object), so the reader
 //! never loads it into one buffer nor into a tree of JSON values:
 //!
-//! - [`MetaRead`] hands the metadata's bytes to `serde_json` straight from
-//!   the file's buffered source, counting them, so a JSON error is still
-//!   located at its exact byte offset in the file.
+//! - [`MetaRead`] hands the metadata's bytes from the file's buffered
+//!   source to the `BufReader` that `serde_json` reads through, counting
+//!   them and their newlines, so a JSON error is still located at its exact
+//!   byte offset in the file (from the parser's line and column).
 //! - [`Runs`] is what the two per-stack tables (`stack_traces` and
 //!   `libtracer.stack_addresses_delta`, or the older
 //!   `libtracer.stack_addresses`) deserialize into: each distinct element
@@ -16,7 +17,6 @@
 //! - [`StackGen`] turns those runs into model `Stack` records one at a time,
 //!   in id order, when the reader yields them.
 
-use crate::fasthash::FastMap;
 use std::fmt;
 use std::hash::Hash;
 use std::io::{self, Read};
@@ -28,6 +28,7 @@ use serde::Deserialize;
 use super::HEADER_LEN;
 use crate::bytes::ByteSource;
 use crate::error::{FormatError, Result};
+use crate::fasthash::FastMap;
 use crate::model::{Frame, Stack, Symbol};
 
 /// One frame as the document writes it.
