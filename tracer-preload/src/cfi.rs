@@ -255,6 +255,29 @@ pub fn init() {
     VERIFY.store(verify, Ordering::Relaxed);
     let _ = PERMANENT.set(crate::objects::Loaded::read().ranges().into());
     TABLE.store(Box::leak(Box::new(Table::new(SLOTS))), Ordering::Release);
+    keep_context();
+}
+
+/// Makes the unwinding context [`with_context`] keeps now, before the
+/// program has freed anything: made later, at the first rule computed,
+/// its request (over a kilobyte) has glibc merge the fast bins of the
+/// program's arena first; where no stack is walked during the run
+/// (`TRACER_STACK_DEPTH=0`) that first computation is the exit's walk,
+/// after a program like perl freed 300k small blocks (~30 ms).
+fn keep_context() {
+    let raw = Box::into_raw(Box::new(Context::new_in()));
+    if CONTEXT
+        .compare_exchange(
+            core::ptr::null_mut(),
+            raw,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        )
+        .is_err()
+    {
+        // SAFETY: `raw` came from Box::into_raw just above and is not shared.
+        drop(unsafe { Box::from_raw(raw) });
+    }
 }
 
 /// The global table, once [`init`] made it.
