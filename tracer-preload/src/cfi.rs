@@ -145,6 +145,61 @@ impl Unloadable {
 /// read by [`init`]: glibc never unloads them, so their rules never go.
 static PERMANENT: std::sync::OnceLock<Box<[(u64, u64)]>> = std::sync::OnceLock::new();
 
+/// The main program's loaded segments, `[start, end)`, from the auxiliary
+/// vector (read by [`init`]). Where the program's segments are not
+/// contiguous, `_dl_find_object` gives the range of the one segment that
+/// holds the code (node's binary: its text, then a page of stubs, then its
+/// read-only data with the unwind tables); the tables' own segment is
+/// found here instead.
+static PROGRAM_SEGMENTS: std::sync::OnceLock<Box<[(u64, u64)]>> = std::sync::OnceLock::new();
+
+/// The main program's `PT_LOAD` segments, by its program headers
+/// (`AT_PHDR`, `AT_PHNUM`; the load bias from `PT_PHDR`). Empty when the
+/// vector lacks them or the program has no `PT_PHDR`.
+fn program_segments() -> Box<[(u64, u64)]> {
+    // SAFETY: getauxval only reads the auxiliary vector.
+    let (phdr, phnum) = unsafe {
+        (
+            libc::getauxval(libc::AT_PHDR),
+            libc::getauxval(libc::AT_PHNUM),
+        )
+    };
+    if phdr == 0 || phnum == 0 || phnum > 4096 {
+        return Box::new([]);
+    }
+    // SAFETY: the loader maps the program headers where AT_PHDR says, and
+    // they stay mapped for the process's life; AT_PHNUM counts them.
+    let headers =
+        unsafe { core::slice::from_raw_parts(phdr as *const libc::Elf64_Phdr, phnum as usize) };
+    let Some(own) = headers.iter().find(|h| h.p_type == libc::PT_PHDR) else {
+        return Box::new([]);
+    };
+    let bias = phdr.wrapping_sub(own.p_vaddr);
+    headers
+        .iter()
+        .filter(|h| h.p_type == libc::PT_LOAD)
+        .map(|h| {
+            let start = bias.wrapping_add(h.p_vaddr);
+            (start, start.wrapping_add(h.p_memsz))
+        })
+        .collect()
+}
+
+/// The end of the mapped range from which an object's unwind tables at
+/// `addr` may be read: `end` when `addr` lies in `[start, end)` (what
+/// `_dl_find_object` gave), else the end of the main program's segment
+/// holding `addr` when `start` is the program's too (see
+/// [`PROGRAM_SEGMENTS`]).
+fn tables_end(addr: u64, start: u64, end: u64) -> Option<u64> {
+    if (start..end).contains(&addr) {
+        return Some(end);
+    }
+    let segments = PROGRAM_SEGMENTS.get()?;
+    let ours = |a: u64| segments.iter().find(|&&(lo, hi)| (lo..hi).contains(&a));
+    ours(start)?;
+    ours(addr).map(|&(_, hi)| hi)
+}
+
 /// Whether `ip` lies in an object that is never unloaded.
 fn permanent(ip: u64) -> bool {
     PERMANENT
@@ -254,6 +309,7 @@ pub fn init() {
     };
     VERIFY.store(verify, Ordering::Relaxed);
     let _ = PERMANENT.set(crate::objects::Loaded::read().ranges().into());
+    let _ = PROGRAM_SEGMENTS.set(program_segments());
     TABLE.store(Box::leak(Box::new(Table::new(SLOTS))), Ordering::Release);
     keep_context();
 }
@@ -425,14 +481,16 @@ pub(crate) fn compute(ip: u64) -> Rule {
         return Rule::End; // no object or no unwind tables: nothing to unwind into
     }
     let hdr_addr = obj.eh_frame as u64;
-    let end = obj.map_end as u64;
-    if hdr_addr >= end {
+    let (start, end) = (obj.map_start as u64, obj.map_end as u64);
+    let Some(hdr_end) = tables_end(hdr_addr, start, end) else {
         return Rule::Complex;
-    }
-    // SAFETY: [hdr_addr, map_end) lies inside the object's mapping, which stays
-    // mapped while the object is loaded (its code is on our stack right now).
-    let hdr_bytes =
-        unsafe { core::slice::from_raw_parts(hdr_addr as *const u8, (end - hdr_addr) as usize) };
+    };
+    // SAFETY: [hdr_addr, hdr_end) lies inside the object's mapping (or its
+    // segment), which stays mapped while the object is loaded (its code is
+    // on our stack right now).
+    let hdr_bytes = unsafe {
+        core::slice::from_raw_parts(hdr_addr as *const u8, (hdr_end - hdr_addr) as usize)
+    };
     let bases = BaseAddresses::default().set_eh_frame_hdr(hdr_addr);
     let Ok(parsed) = EhFrameHdr::new(hdr_bytes, NativeEndian).parse(&bases, 8) else {
         return Rule::Complex;
@@ -441,12 +499,12 @@ pub(crate) fn compute(ip: u64) -> Rule {
         gimli::Pointer::Direct(a) => a,
         gimli::Pointer::Indirect(_) => return Rule::Complex,
     };
-    if eh_addr < obj.map_start as u64 || eh_addr >= end {
+    let Some(eh_end) = tables_end(eh_addr, start, end) else {
         return Rule::Complex;
-    }
-    // SAFETY: as above, inside the object's mapping.
+    };
+    // SAFETY: as above, inside the object's mapping or its segment.
     let eh_bytes =
-        unsafe { core::slice::from_raw_parts(eh_addr as *const u8, (end - eh_addr) as usize) };
+        unsafe { core::slice::from_raw_parts(eh_addr as *const u8, (eh_end - eh_addr) as usize) };
     let eh_frame = EhFrame::new(eh_bytes, NativeEndian);
     let bases = bases.set_eh_frame(eh_addr);
     let Some(table) = parsed.table() else {

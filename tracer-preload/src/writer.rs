@@ -1655,9 +1655,10 @@ impl State {
                 self.channel_messages, self.held_back, self.forced
             ));
             sys::stderr_line(&format!(
-                "unwind rules: {} computed, a table of {} entries",
+                "unwind rules: {} computed, a table of {} entries; {} stacks by libgcc's unwinder",
                 crate::cfi::rules_computed(),
-                crate::cfi::table_slots()
+                crate::cfi::table_slots(),
+                crate::unwind::by_libgcc()
             ));
             sys::stderr_line(&format!(
                 "signal handlers inside hooks: {} events recorded, {} lost, {} hooks left by a jump",
