@@ -321,7 +321,13 @@ pub fn init() {
 /// (`TRACER_STACK_DEPTH=0`) that first computation is the exit's walk,
 /// after a program like perl freed 300k small blocks (~30 ms).
 fn keep_context() {
-    let raw = Box::into_raw(Box::new(Context::new_in()));
+    keep(Box::new(Context::new_in()));
+}
+
+/// Keeps `ctx` as the context [`with_context`] hands out, unless another
+/// thread's was kept meanwhile: then `ctx` goes.
+fn keep(ctx: Box<Context>) {
+    let raw = Box::into_raw(ctx);
     if CONTEXT
         .compare_exchange(
             core::ptr::null_mut(),
@@ -560,20 +566,7 @@ fn with_context<R>(f: impl FnOnce(&mut Context) -> R) -> R {
         unsafe { Box::from_raw(kept) }
     };
     let r = f(&mut ctx);
-    let raw = Box::into_raw(ctx);
-    if CONTEXT
-        .compare_exchange(
-            core::ptr::null_mut(),
-            raw,
-            Ordering::AcqRel,
-            Ordering::Acquire,
-        )
-        .is_err()
-    {
-        // Another thread's context was kept meanwhile: this one goes.
-        // SAFETY: `raw` came from Box::into_raw just above and is not shared.
-        drop(unsafe { Box::from_raw(raw) });
-    }
+    keep(ctx);
     r
 }
 
