@@ -311,16 +311,19 @@ pub fn init() {
     let _ = PERMANENT.set(crate::objects::Loaded::read().ranges().into());
     let _ = PROGRAM_SEGMENTS.set(program_segments());
     TABLE.store(Box::leak(Box::new(Table::new(SLOTS))), Ordering::Release);
-    keep_context();
 }
 
 /// Makes the unwinding context [`with_context`] keeps now, before the
 /// program has freed anything: made later, at the first rule computed,
 /// its request (over a kilobyte) has glibc merge the fast bins of the
-/// program's arena first; where no stack is walked during the run
+/// program's arena first. Where no stack is walked during the run
 /// (`TRACER_STACK_DEPTH=0`) that first computation is the exit's walk,
-/// after a program like perl freed 300k small blocks (~30 ms).
-fn keep_context() {
+/// after a program like perl freed 300k small blocks (~30 ms); with
+/// stacks it comes at the program's first allocations, and making it at
+/// start instead moved the program's first blocks (the constructor's own
+/// stale stack words then pointed at one of `examples/daemon.c` in 2 runs
+/// of 25, which the exit scan took for a reference): only for the former.
+pub fn keep_context() {
     keep(Box::new(Context::new_in()));
 }
 

@@ -485,6 +485,9 @@ pub fn constructor() {
         }
     }
     crate::cfi::init();
+    if cfg.stack_depth == 0 {
+        crate::cfi::keep_context();
+    }
     crate::hooks::resolve_usable_size();
     // Every wrapper's lookup of glibc's function, now rather than at its
     // first call: glibc's `dlsym` bookkeeping clears the calling thread's
