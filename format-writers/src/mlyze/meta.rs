@@ -51,10 +51,9 @@ pub(super) struct MetaRead<'a, R> {
     /// Newlines among them, and the offset just past the last one.
     lines: u64,
     line_start: u64,
-    /// The last hand-out: where it lies in `buf`, its offset in the
-    /// metadata, and `lines`, `line_start` as they were before it.
-    handed: (usize, usize),
-    handed_at: u64,
+    /// Bytes of the last hand-out (which ends at `buf[pos]` and at metadata
+    /// offset `consumed`), and `lines`, `line_start` as they were before it.
+    handed: usize,
     handed_lines: u64,
     handed_line_start: u64,
     /// Set when the file ends (or fails) before the metadata does.
@@ -74,8 +73,7 @@ impl<'a, R: Read> MetaRead<'a, R> {
             consumed: 0,
             lines: 0,
             line_start: 0,
-            handed: (0, 0),
-            handed_at: 0,
+            handed: 0,
             handed_lines: 0,
             handed_line_start: 0,
             error: None,
@@ -154,7 +152,7 @@ impl<R: Read> Read for MetaRead<'_, R> {
         let n = buf.len().min(self.end - self.pos);
         let out = &self.buf[self.pos..self.pos + n];
         buf[..n].copy_from_slice(out);
-        (self.handed, self.handed_at) = ((self.pos, n), self.consumed);
+        self.handed = n;
         (self.handed_lines, self.handed_line_start) = (self.lines, self.line_start);
         if let Some(last) = memchr::memrchr(b'\n', out) {
             self.lines += memchr::memchr_iter(b'\n', out).count() as u64;
@@ -174,17 +172,18 @@ impl<R> MetaRead<'_, R> {
     /// that byte lies in the last hand-out, which `buf` still holds.
     fn locate(&self, line: u64, column: u64) -> Option<(u64, u8)> {
         let before = line.checked_sub(1)?;
-        let (from, n) = self.handed;
-        let handed = &self.buf[from..from + n];
+        let n = self.handed;
+        let handed = &self.buf[self.pos - n..self.pos];
+        let handed_at = self.consumed - n as u64;
         let start = match before.checked_sub(self.handed_lines)? {
             0 => self.handed_line_start,
             k => {
                 let i = memchr::memchr_iter(b'\n', handed).nth(usize::try_from(k - 1).ok()?)?;
-                self.handed_at + i as u64 + 1
+                handed_at + i as u64 + 1
             }
         };
         let pos = (start + column).checked_sub(1)?;
-        let byte = match pos.checked_sub(self.handed_at) {
+        let byte = match pos.checked_sub(handed_at) {
             Some(i) if i < n as u64 => handed[i as usize],
             // Column 0: the newline that ended the previous hand-out.
             _ if column == 0 => b'\n',
