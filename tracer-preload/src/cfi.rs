@@ -153,36 +153,13 @@ static PERMANENT: std::sync::OnceLock<Box<[(u64, u64)]>> = std::sync::OnceLock::
 /// found here instead.
 static PROGRAM_SEGMENTS: std::sync::OnceLock<Box<[(u64, u64)]>> = std::sync::OnceLock::new();
 
-/// The main program's `PT_LOAD` segments, by its program headers
-/// (`AT_PHDR`, `AT_PHNUM`; the load bias from `PT_PHDR`). Empty when the
-/// vector lacks them or the program has no `PT_PHDR`.
+/// The main program's `PT_LOAD` segments (empty without its program
+/// headers: see [`crate::sys::program_headers`]).
 fn program_segments() -> Box<[(u64, u64)]> {
-    // SAFETY: getauxval only reads the auxiliary vector.
-    let (phdr, phnum) = unsafe {
-        (
-            libc::getauxval(libc::AT_PHDR),
-            libc::getauxval(libc::AT_PHNUM),
-        )
-    };
-    if phdr == 0 || phnum == 0 || phnum > 4096 {
-        return Box::new([]);
-    }
-    // SAFETY: the loader maps the program headers where AT_PHDR says, and
-    // they stay mapped for the process's life; AT_PHNUM counts them.
-    let headers =
-        unsafe { core::slice::from_raw_parts(phdr as *const libc::Elf64_Phdr, phnum as usize) };
-    let Some(own) = headers.iter().find(|h| h.p_type == libc::PT_PHDR) else {
-        return Box::new([]);
-    };
-    let bias = phdr.wrapping_sub(own.p_vaddr);
-    headers
-        .iter()
-        .filter(|h| h.p_type == libc::PT_LOAD)
-        .map(|h| {
-            let start = bias.wrapping_add(h.p_vaddr);
-            (start, start.wrapping_add(h.p_memsz))
-        })
-        .collect()
+    crate::sys::program_headers().map_or_else(
+        || Box::new([]) as Box<[(u64, u64)]>,
+        |(bias, headers)| crate::sys::load_segments(bias, headers, |_| true).collect(),
+    )
 }
 
 /// The end of the mapped range from which an object's unwind tables at

@@ -664,6 +664,44 @@ fn own_program_headers() -> (u64, &'static [libc::Elf64_Phdr]) {
     }
 }
 
+/// The main program's load bias and program headers, from the auxiliary
+/// vector (`AT_PHDR`, `AT_PHNUM`; the bias from `PT_PHDR`); `None` when
+/// the vector lacks them or the program has no `PT_PHDR`.
+pub fn program_headers() -> Option<(u64, &'static [libc::Elf64_Phdr])> {
+    // SAFETY: getauxval only reads the auxiliary vector.
+    let (phdr, phnum) = unsafe {
+        (
+            libc::getauxval(libc::AT_PHDR),
+            libc::getauxval(libc::AT_PHNUM),
+        )
+    };
+    if phdr == 0 || phnum == 0 || phnum > 4096 {
+        return None;
+    }
+    // SAFETY: the loader maps the program headers where AT_PHDR says, and
+    // they stay mapped for the process's life; AT_PHNUM counts them.
+    let headers =
+        unsafe { core::slice::from_raw_parts(phdr as *const libc::Elf64_Phdr, phnum as usize) };
+    let own = headers.iter().find(|h| h.p_type == libc::PT_PHDR)?;
+    Some((phdr.wrapping_sub(own.p_vaddr), headers))
+}
+
+/// `[start, end)` in memory of each `PT_LOAD` segment of `headers` that
+/// `keep` accepts, for an object loaded with `bias`.
+pub fn load_segments<'a>(
+    bias: u64,
+    headers: &'a [libc::Elf64_Phdr],
+    keep: impl Fn(&libc::Elf64_Phdr) -> bool + 'a,
+) -> impl Iterator<Item = (u64, u64)> + 'a {
+    headers
+        .iter()
+        .filter(move |h| h.p_type == libc::PT_LOAD && keep(h))
+        .map(move |h| {
+            let start = bias.wrapping_add(h.p_vaddr);
+            (start, start.wrapping_add(h.p_memsz))
+        })
+}
+
 /// This library's load bias (the loader's `l_addr`, `dlpi_addr` in
 /// `dl_iterate_phdr`): where its ELF header lies less the address of its
 /// first loadable segment.
@@ -679,17 +717,9 @@ pub fn own_load_bias() -> u64 {
 /// program headers in memory (no loader lock, no allocation), so stacks can drop
 /// the tracer's own frames however the compiler inlined them.
 pub fn own_text_range() -> (u64, u64) {
-    let bias = own_load_bias();
-    let (lo, hi) = own_program_headers()
-        .1
-        .iter()
-        .filter(|ph| ph.p_type == libc::PT_LOAD && ph.p_flags & libc::PF_X != 0)
-        .fold((u64::MAX, 0u64), |(lo, hi), ph| {
-            (
-                lo.min(bias.wrapping_add(ph.p_vaddr)),
-                hi.max(bias.wrapping_add(ph.p_vaddr + ph.p_memsz)),
-            )
-        });
+    let executable = |ph: &libc::Elf64_Phdr| ph.p_flags & libc::PF_X != 0;
+    let (lo, hi) = load_segments(own_load_bias(), own_program_headers().1, executable)
+        .fold((u64::MAX, 0u64), |(lo, hi), (a, b)| (lo.min(a), hi.max(b)));
     if lo > hi {
         (0, 0)
     } else {
