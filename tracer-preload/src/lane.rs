@@ -17,12 +17,17 @@
 //! that (through its locks or atomics, release then acquire), and that
 //! thread publishes its allocation after `malloc` returned. So once the
 //! writer has loaded the allocating lane's `head` (`Acquire`), a fresh load
-//! of the freeing lane's `head` includes the free. The writer
-//! (`writer::State::drain_ordered`) therefore takes the lanes' messages
-//! roughly in time order (allocations strictly: one taken ahead of
-//! another lane's earlier allocation and free of its address would leave
-//! that lane waiting for a free behind its own allocation) and holds back
-//! an allocation at an address its table still has live until the other
+//! of the freeing lane's `head` includes the free. A look ([`look`])
+//! therefore loads every lane's `head` twice, and the writer takes only
+//! what the first loads showed: whatever those messages follow is in the
+//! second. The writer (`writer::State::drain_ordered`) takes the lanes'
+//! messages in time order, no lane's ahead of another's earlier one (a
+//! thread's free of a block it was handed, taken ahead of the owner's free
+//! of the address's previous block and allocation of this one, would go
+//! to the previous block; an allocation taken ahead of another lane's
+//! earlier allocation and free of its address would leave that lane
+//! waiting for a free behind its own allocation), and holds back an
+//! allocation at an address its table still has live until the other
 //! lanes, loaded again, have given the free (and a free of a block not
 //! live until they have given its allocation); if no lane holds it after a
 //! fresh look (a free the hooks never saw), the message goes through as it
@@ -693,10 +698,13 @@ fn wait_for_room(lane: &Lane, head: u64, seen: &mut u64, need: u64) -> bool {
 // ---------------------------------------------------------------- consumer
 
 /// What the writer sees of one lane: the messages published when it last
-/// looked, `[tail, head)` (the writer thread only).
+/// looked, `[tail, head)`, of which it may take `[tail, safe)` (see
+/// [`look`]; the writer thread only).
 pub struct View {
     lane: &'static Lane,
     tail: u64,
+    /// Where the lane's messages ended at the look's first load of `head`.
+    safe: u64,
     head: u64,
     /// The lane's thread, as the view was made (a lane changes threads only
     /// once the writer has emptied it).
@@ -707,6 +715,26 @@ impl View {
     /// Messages left in this view.
     pub fn len(&self) -> u64 {
         self.head - self.tail
+    }
+
+    /// Slots left that may be taken now (see [`look`]).
+    pub fn takeable(&self) -> u64 {
+        self.safe.saturating_sub(self.tail)
+    }
+
+    /// Whether the next message may be taken now: it was published before
+    /// the look's first load of this lane's `head`, so whatever it depends
+    /// on is in the views ([`look`]). A message seen only at the second
+    /// load waits for the next look.
+    #[inline]
+    pub fn ready(&self) -> bool {
+        self.tail < self.safe
+    }
+
+    /// Lets every message of the view be taken: for a lone source, whose
+    /// messages depend on no other's.
+    pub fn trust_all(&mut self) {
+        self.safe = self.head;
     }
 
     /// The next message's time and dependency, the message left in place.
@@ -733,10 +761,10 @@ impl View {
         }
     }
 
-    /// Takes the next message.
+    /// Takes the next message, if [`ready`](View::ready).
     #[inline]
     pub fn take(&mut self) -> Option<Msg> {
-        if self.tail == self.head {
+        if self.tail >= self.safe {
             return None;
         }
         // SAFETY: as in `peek`: the owner published the message's slots
@@ -816,31 +844,65 @@ impl Marks {
 /// A view of every lane that has published messages it has not taken;
 /// `views` is cleared first (kept by the caller to reuse its memory).
 /// Returns how many lanes there are, with messages or not.
+///
+/// Every lane's `head` is loaded twice, in two passes. A message published
+/// before the first pass loaded its lane's `head` depends only on messages
+/// published before that (`lane`'s module doc), so every lane's second
+/// load includes them: such a message may be taken (`[tail, safe)`). One
+/// seen only at the second load may depend on a message published after
+/// another lane's second load: it waits for the next look, its time
+/// known. With one pass, a thread's free of a block it was handed could be
+/// seen while the owner's free of the address's previous block and its
+/// allocation of this one, published a moment earlier into a lane loaded
+/// a moment before, were not: the free went to the previous block.
 pub fn look(views: &mut Vec<View>) -> usize {
     views.clear();
-    let mut count = 0;
     for lane in lanes() {
-        count += 1;
         let head = lane.head.0.load(Ordering::Acquire);
-        let tail = lane.tail.0.load(Ordering::Relaxed);
-        let tid = lane.tid.load(Ordering::Relaxed);
-        if head != tail {
-            views.push(View {
-                lane,
-                tail,
-                head,
-                tid,
-            });
-        } else if lane.state.load(Ordering::Relaxed) == ABANDONED {
-            View {
-                lane,
-                tail,
-                head,
-                tid,
-            }
-            .release();
-        }
+        views.push(View {
+            lane,
+            tail: lane.tail.0.load(Ordering::Relaxed),
+            safe: head,
+            head,
+            tid: 0,
+        });
+        #[cfg(test)]
+        test_hook::after_first_load(lane);
     }
+    // Lanes made since the first pass began are at the front of the list.
+    let oldest_new = views.first().map(|v| v.lane as *const Lane);
+    for lane in lanes() {
+        if Some(lane as *const Lane) == oldest_new {
+            break;
+        }
+        let tail = lane.tail.0.load(Ordering::Relaxed);
+        views.push(View {
+            lane,
+            tail,
+            safe: tail,
+            head: tail,
+            tid: 0,
+        });
+    }
+    for v in views.iter_mut() {
+        v.head = v.lane.head.0.load(Ordering::Acquire);
+        // Read after `head`: a lane empty at the first load may have been
+        // taken by a new thread since (whose id it stored before
+        // publishing).
+        v.tid = v.lane.tid.load(Ordering::Relaxed);
+    }
+    let count = views.len();
+    views.retain(|v| {
+        if v.head != v.tail {
+            return true;
+        }
+        if v.lane.state.load(Ordering::Relaxed) == ABANDONED {
+            v.release();
+        }
+        false
+    });
+    #[cfg(test)]
+    test_hook::after_look();
     count
 }
 
@@ -870,6 +932,41 @@ pub fn is_empty() -> bool {
 /// turns.
 #[cfg(test)]
 pub static TEST_TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// What the tests do while the writer looks at the lanes (between its
+/// loads), standing for the program's threads publishing meanwhile.
+#[cfg(test)]
+pub mod test_hook {
+    use super::Lane;
+    use std::sync::Mutex;
+
+    type Hook = Box<dyn FnMut(Option<&'static Lane>) + Send>;
+    static HOOK: Mutex<Option<Hook>> = Mutex::new(None);
+
+    /// Calls `f` after each first load of a lane's `head` (with the lane)
+    /// and at the end of each look (with `None`), until [`clear`].
+    pub fn set(f: impl FnMut(Option<&'static Lane>) + Send + 'static) {
+        *HOOK.lock().unwrap_or_else(|e| e.into_inner()) = Some(Box::new(f));
+    }
+
+    pub fn clear() {
+        *HOOK.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+
+    fn call(lane: Option<&'static Lane>) {
+        if let Some(f) = HOOK.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
+            f(lane);
+        }
+    }
+
+    pub(super) fn after_first_load(lane: &'static Lane) {
+        call(Some(lane));
+    }
+
+    pub(super) fn after_look() {
+        call(None);
+    }
+}
 
 /// How many messages `lane` holds at most.
 #[cfg(test)]
@@ -944,11 +1041,15 @@ mod tests {
     fn a_stack_spans_slots_and_wraps_around() {
         let _turn = TEST_TURN.lock().unwrap_or_else(|e| e.into_inner());
         let lane = test_lane(9);
-        let view = |lane: &'static Lane, tail| View {
-            lane,
-            tail,
-            head: lane.head.0.load(Ordering::Acquire),
-            tid: 9,
+        let view = |lane: &'static Lane, tail| {
+            let head = lane.head.0.load(Ordering::Acquire);
+            View {
+                lane,
+                tail,
+                safe: head,
+                head,
+                tid: 9,
+            }
         };
         // Two slots before the end of the ring.
         for i in 0..lane.cap - 2 {
@@ -1069,10 +1170,12 @@ mod tests {
             let expected = format!("{m:?}");
             let head = lane.head.0.load(Ordering::Relaxed);
             test_push(lane, m);
+            let end = lane.head.0.load(Ordering::Relaxed);
             let mut v = View {
                 lane,
                 tail: head,
-                head: lane.head.0.load(Ordering::Relaxed),
+                safe: end,
+                head: end,
                 tid: 7,
             };
             assert_eq!(v.peek(), Some(expected_head), "{expected}");

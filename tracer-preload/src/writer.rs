@@ -179,15 +179,6 @@ pub struct Setup {
     pub quiet: bool,
 }
 
-/// How far one lane's messages may run ahead of another's in time while
-/// the writer takes them in turns (`State::drain_ordered`): each turn
-/// handles a lane's messages up to this long after the next message of the
-/// others, instead of one or two before the earliest changes lane. The
-/// stream's times stay non-decreasing (`State::time` clamps), so an event
-/// that went ahead of an earlier one of another thread gets that one's
-/// later time: at most this much later than measured. Frees and markers
-/// only: an allocation never runs ahead (see `drain_ordered`).
-const SLACK_NS: u64 = 20_000;
 /// Reallocs of one thread under way at once past which the oldest is
 /// taken for stale (see `Msg::ReallocFree` in `State::handle`).
 const MAX_NESTED_REALLOCS: usize = 4;
@@ -272,6 +263,14 @@ struct State {
     forced: u64,
     /// A channel message taken but not handled yet (an allocation held back).
     held: Option<Msg>,
+    /// The looks at the lanes begun so far, and how many had begun when
+    /// `held` was received: it may be handled once a look began after that
+    /// (what it depends on was published before it was sent).
+    looks: u64,
+    held_look: u64,
+    /// Looks made because the earliest message was not ready yet
+    /// (`TRACER_STACK_STATS`).
+    relooks: u64,
     /// The views of the lanes being drained, kept for their memory.
     views: Vec<lane::View>,
     /// The sources `drain_ordered` may take from next, by the time of
@@ -709,6 +708,9 @@ impl State {
             held_back: 0,
             forced: 0,
             held: None,
+            looks: 0,
+            held_look: 0,
+            relooks: 0,
             views: Vec::new(),
             ready: BinaryHeap::new(),
             waiting: Waiting::default(),
@@ -755,7 +757,7 @@ impl State {
     /// free it waits for was never seen).
     fn drain_once(&mut self, rx: &Receiver<Msg>, budget: usize) -> usize {
         let mut views = std::mem::take(&mut self.views);
-        let lanes = lane::look(&mut views);
+        let lanes = self.look(&mut views);
         // One lane, or the channel alone, needs no check: one producer's
         // order, or the channel's, which is the hooks' order of sending (a
         // free is sent before the real free runs, an allocation after the
@@ -782,6 +784,7 @@ impl State {
     ) -> usize {
         let mut n = 0;
         for v in views.iter_mut() {
+            v.trust_all();
             while n < budget {
                 let Some(m) = v.take() else { break };
                 self.lane_messages += 1;
@@ -798,6 +801,26 @@ impl State {
             n += 1;
         }
         n
+    }
+
+    /// Looks at the lanes ([`lane::look`]), counted for the channel's
+    /// message (`held_look`).
+    fn look(&mut self, views: &mut Vec<lane::View>) -> usize {
+        self.looks += 1;
+        lane::look(views)
+    }
+
+    /// Takes the channel's next message into `held`, if there is none.
+    fn receive(&mut self, rx: &Receiver<Msg>) {
+        if self.held.is_none() {
+            self.held = rx.try_recv().ok();
+            self.held_look = self.looks;
+        }
+    }
+
+    /// Whether the channel's held message may be handled (see `held_look`).
+    fn held_ready(&self) -> bool {
+        self.held.is_some() && self.held_look < self.looks
     }
 
     /// [`State::drain_once`] with several sources.
@@ -832,9 +855,7 @@ impl State {
                 ready.push(Reverse((m.time(), CHANNEL)));
             }
         };
-        if self.held.is_none() {
-            self.held = rx.try_recv().ok();
-        }
+        self.receive(rx);
         fill(&mut ready, views, &self.held);
         waiting.clear();
         let mut n = 0;
@@ -843,27 +864,46 @@ impl State {
         while n < budget {
             // The earliest next message of a source that does not wait; the
             // earliest of the others, waiting or not, bounds how far that
-            // source may go on (and `SLACK` beyond).
-            let Some(Reverse((_, src))) = ready.pop() else {
+            // source may go on.
+            let popped = ready.pop();
+            let unready = match popped {
+                Some(Reverse((_, CHANNEL))) => !self.held_ready(),
+                Some(Reverse((_, src))) => !views[src].ready(),
+                None => false,
+            };
+            if unready {
+                // The earliest message came in as the lanes were looked
+                // at: what it depends on may not be in the views yet.
+                self.relooks += 1;
+                for v in views.iter() {
+                    v.release();
+                }
+                self.look(views);
+                self.receive(rx);
+                since_look = 0;
+                fill(&mut ready, views, &self.held);
+                waiting.clear();
+                continue;
+            }
+            let Some(Reverse((_, src))) = popped else {
                 if waiting.is_empty() {
                     break;
                 }
                 // Every source left waits: look again.
-                let before: u64 = views.iter().map(|v| v.len()).sum();
+                let before: u64 = views.iter().map(|v| v.takeable()).sum();
                 for v in views.iter() {
                     v.release();
                 }
-                let _ = lane::look(views);
-                if self.held.is_none() {
-                    self.held = rx.try_recv().ok();
-                }
-                let after: u64 = views.iter().map(|v| v.len()).sum();
+                self.look(views);
+                self.receive(rx);
+                let after: u64 = views.iter().map(|v| v.takeable()).sum();
+                let unready = views.iter().any(|v| v.len() > v.takeable());
                 // A waiting message whose counterpart no lane holds now
                 // waits for an event the hooks never saw: it goes at once,
                 // however busy the other threads keep the lanes.
                 let orphans = self.force_orphans(views);
                 n += orphans;
-                if orphans == 0 && since_look == 0 && after == before {
+                if orphans == 0 && since_look == 0 && after == before && !unready {
                     n += self.force_earliest(views);
                 }
                 since_look = 0;
@@ -890,31 +930,27 @@ impl State {
                 n += 1;
                 since_look += 1;
                 waiting.wake(h, settling, &mut ready);
-                self.held = rx.try_recv().ok();
+                self.receive(rx);
                 if let Some(m) = &self.held {
                     ready.push(Reverse((m.time(), CHANNEL)));
                 }
             } else {
                 // The first message is the earliest of those that do not
-                // wait; the next ones go while within the slack.
+                // wait; the next ones go while no other source's next
+                // message is earlier. None may run ahead of one: another
+                // source may hold an earlier free and allocation of the
+                // same address (freed, then handed to this thread by the
+                // allocator). Taken after them, an allocation made theirs
+                // wait for a free that comes after it (with hundreds of
+                // threads sharing arenas every lane ended up waiting:
+                // `examples/many_threads.c`), and a free went to the
+                // address's previous block (`node` with worker threads).
                 let v = &mut views[src];
-                let until = second.saturating_add(SLACK_NS);
                 let first = n;
                 let mut waits = false;
                 while n < budget {
                     let Some(h) = v.peek() else { break };
-                    if n > first && h.time > until {
-                        break;
-                    }
-                    // An allocation never goes ahead of another source's
-                    // next message: that source may still hold an earlier
-                    // allocation and free of the same address (freed, then
-                    // handed to this thread by the allocator). Taken after
-                    // them, this allocation made theirs wait for a free
-                    // that comes after it, and with hundreds of threads
-                    // sharing arenas every lane ended up waiting
-                    // (`examples/many_threads.c`).
-                    if n > first && h.time > second && matches!(h.dep, lane::Dep::Alloc(_)) {
+                    if n > first && (h.time > second || !v.ready()) {
                         break;
                     }
                     if self.waits(h) {
@@ -981,7 +1017,9 @@ impl State {
         let mut wanted: HashMap<u64, (usize, bool), scan::BuildMix> = HashMap::default();
         let mut waiting = Vec::new();
         for (i, v) in views.iter().enumerate() {
-            let Some(h) = v.peek() else { continue };
+            let Some(h) = v.peek().filter(|_| v.ready()) else {
+                continue;
+            };
             if !self.waits(h) {
                 continue;
             }
@@ -1033,8 +1071,11 @@ impl State {
         let lanes = views
             .iter()
             .enumerate()
+            .filter(|(_, v)| v.ready())
             .filter_map(|(i, v)| v.peek().map(|h| (h.time, i)));
-        let channel = self.held.as_ref().map(|m| (m.time(), usize::MAX));
+        let channel = (self.held.as_ref())
+            .filter(|_| self.held_ready())
+            .map(|m| (m.time(), usize::MAX));
         let Some((_, src)) = lanes.chain(channel).min() else {
             return 0;
         };
@@ -1646,9 +1687,11 @@ impl State {
                 self.stacks.len()
             ));
             sys::stderr_line(&format!(
-                "lane: {} messages, {} lanes",
+                "lane: {} messages, {} lanes; {} looks, {} for a message seen at the second load",
                 self.lane_messages,
-                lane::made()
+                lane::made(),
+                self.looks,
+                self.relooks
             ));
             sys::stderr_line(&format!(
                 "channel: {} messages; held back {}, let through {}",
@@ -1887,16 +1930,16 @@ mod tests {
         lane::test_push(a, alloc_at(1, 0x100, 10));
         lane::test_push(b, free_msg(2, 0x100, 5));
         // Thread 1 frees 0x200 much later than thread 2 allocates it anew
-        // (beyond the slack a lane may run ahead), and times otherwise
-        // interleave.
+        // (`LATER`), and times otherwise interleave.
+        const LATER: u64 = 20_000;
         lane::test_push(a, alloc_at(1, 0x200, 20));
         lane::test_push(b, alloc_at(2, 0x300, 30));
         lane::test_push(b, alloc_at(2, 0x200, 40));
-        lane::test_push(a, alloc_at(1, 0x400, 50 + SLACK_NS));
-        lane::test_push(a, free_msg(1, 0x200, 60 + 2 * SLACK_NS));
+        lane::test_push(a, alloc_at(1, 0x400, 50 + LATER));
+        lane::test_push(a, free_msg(1, 0x200, 60 + 2 * LATER));
         assert_eq!(st.drain_in_order(&rx, usize::MAX), 7);
         // 0x200 (at 20), an allocation, does not go ahead of thread 2's
-        // waiting free (at 5); 0x400 is not within the slack either.
+        // waiting free (at 5).
         assert_eq!(
             events(&seen),
             vec![
@@ -1914,9 +1957,9 @@ mod tests {
 
         // A free of a block never seen allocated: held, then let through.
         seen.lock().unwrap().clear();
-        lane::test_push(b, free_msg(2, 0x900, 70 + 2 * SLACK_NS));
-        lane::test_push(a, free_msg(1, 0x300 + 0x1000, 80 + 2 * SLACK_NS));
-        lane::test_push(a, free_msg(1, 0x400, 90 + 2 * SLACK_NS));
+        lane::test_push(b, free_msg(2, 0x900, 70 + 2 * LATER));
+        lane::test_push(a, free_msg(1, 0x300 + 0x1000, 80 + 2 * LATER));
+        lane::test_push(a, free_msg(1, 0x400, 90 + 2 * LATER));
         assert_eq!(st.drain_in_order(&rx, usize::MAX), 3);
         let got = events(&seen);
         assert_eq!(got.len(), 3);
@@ -1954,6 +1997,106 @@ mod tests {
         );
         assert_eq!((st.held_back, st.forced), (0, 0));
         assert!(st.live.is_live(0x700) && st.live.is_live(0x600));
+    }
+
+    /// A free does not run ahead of another lane's earlier messages either:
+    /// thread 1 frees the block at 0x800 and is given the address again,
+    /// then hands the new block to thread 2, which frees it. Taken ahead
+    /// (a lane used to run 20 us past the others' next message), thread
+    /// 2's free went to the previous block, and thread 1's free then
+    /// waited for an allocation queued behind it: forced through, 0x800
+    /// ended live with a free of it seen twice (`node` with worker
+    /// threads, a run in ten).
+    #[test]
+    fn a_free_does_not_run_ahead_of_another_lanes_free_and_allocation_of_its_address() {
+        let _turn = lane::TEST_TURN.lock().unwrap_or_else(|e| e.into_inner());
+        let (mut st, seen, rx) = lanes_state();
+        st.handle(alloc_at(1, 0x800, 1));
+        st.handle(alloc_at(2, 0x900, 2));
+        seen.lock().unwrap().clear();
+        let a = lane::test_lane(1);
+        let b = lane::test_lane(2);
+        lane::test_push(b, free_msg(2, 0x900, 90));
+        lane::test_push(a, free_msg(1, 0x800, 100));
+        lane::test_push(a, alloc_at(1, 0x800, 110));
+        lane::test_push(b, free_msg(2, 0x800, 115));
+        assert_eq!(st.drain_in_order(&rx, usize::MAX), 4);
+        assert_eq!(
+            events(&seen),
+            vec![
+                ('F', 2, 0x900),
+                ('F', 1, 0x800),
+                ('A', 1, 0x800),
+                ('F', 2, 0x800),
+            ]
+        );
+        assert_eq!((st.held_back, st.forced), (0, 0));
+        assert!(!st.live.is_live(0x800));
+    }
+
+    /// The same hand-over, published while the writer looks at the lanes:
+    /// thread 1's lane was empty when the writer loaded it, and thread 2's
+    /// free, published after thread 1's messages, was there when it loaded
+    /// thread 2's. Thread 1's messages must come first all the same.
+    #[test]
+    fn a_message_published_as_the_lanes_are_looked_at_waits_for_what_it_follows() {
+        let _turn = lane::TEST_TURN.lock().unwrap_or_else(|e| e.into_inner());
+        let (mut st, seen, rx) = lanes_state();
+        st.handle(alloc_at(1, 0x800, 1));
+        seen.lock().unwrap().clear();
+        // The newest lane is loaded first.
+        let b = lane::test_lane(2);
+        let a = lane::test_lane(1);
+        let mut armed = true;
+        lane::test_hook::set(move |l| {
+            if armed && l.is_some_and(|l| std::ptr::eq(l, a)) {
+                armed = false;
+                lane::test_push(a, free_msg(1, 0x800, 100));
+                lane::test_push(a, alloc_at(1, 0x800, 110));
+                lane::test_push(b, free_msg(2, 0x800, 115));
+            }
+        });
+        let n = st.drain_in_order(&rx, usize::MAX);
+        lane::test_hook::clear();
+        assert_eq!(n, 3);
+        assert_eq!(
+            events(&seen),
+            vec![('F', 1, 0x800), ('A', 1, 0x800), ('F', 2, 0x800)]
+        );
+        assert_eq!(st.forced, 0);
+        assert!(!st.live.is_live(0x800));
+    }
+
+    /// Likewise for a message of the channel (a thread without a lane),
+    /// sent just after the writer looked at the lanes: it waits for a
+    /// look that began after it came.
+    #[test]
+    fn a_channel_message_waits_for_a_look_after_it_came() {
+        let _turn = lane::TEST_TURN.lock().unwrap_or_else(|e| e.into_inner());
+        let (mut st, seen) = state(8);
+        st.live.use_starts_only();
+        let (tx, rx) = crossbeam_channel::bounded::<Msg>(4);
+        st.handle(alloc_at(1, 0x800, 1));
+        seen.lock().unwrap().clear();
+        let a = lane::test_lane(1);
+        let mut armed = true;
+        lane::test_hook::set(move |l| {
+            if armed && l.is_none() {
+                armed = false;
+                lane::test_push(a, free_msg(1, 0x800, 100));
+                lane::test_push(a, alloc_at(1, 0x800, 110));
+                tx.send(free_msg(3, 0x800, 115)).unwrap();
+            }
+        });
+        let n = st.drain_in_order(&rx, usize::MAX);
+        lane::test_hook::clear();
+        assert_eq!(n, 3);
+        assert_eq!(
+            events(&seen),
+            vec![('F', 1, 0x800), ('A', 1, 0x800), ('F', 3, 0x800)]
+        );
+        assert_eq!(st.forced, 0);
+        assert!(!st.live.is_live(0x800));
     }
 
     /// Hundreds of lanes waiting on one another: a waiting lane is taken
