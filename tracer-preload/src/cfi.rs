@@ -389,12 +389,15 @@ fn lookup_in(home: &AtomicPtr<Table>, table: &Table, ip: u64) -> u64 {
     }
     // A thread reading the pair meanwhile may see a key with another
     // address's value: the check bits reject it and it computes the rule.
-    second
-        .val
-        .store(first.val.load(Ordering::Acquire), Ordering::Release);
-    second
-        .key
-        .store(first.key.load(Ordering::Acquire), Ordering::Release);
+    // The first entry's rule moves to the second, unless the first is empty
+    // (forgotten at an unload): the second's rule then stays.
+    let moved = first.key.load(Ordering::Acquire);
+    if moved != 0 {
+        second
+            .val
+            .store(first.val.load(Ordering::Acquire), Ordering::Release);
+        second.key.store(moved, Ordering::Release);
+    }
     first.val.store(v, Ordering::Release);
     first.key.store(ip, Ordering::Release);
     COMPUTED.fetch_add(1, Ordering::Relaxed);
@@ -1661,6 +1664,27 @@ mod tests {
         assert_eq!(t.computed.load(Ordering::Relaxed), 3, "b stayed");
         lookup_in(&home, &t, a);
         assert_eq!(t.computed.load(Ordering::Relaxed), 4, "a went");
+    }
+
+    /// A rule forgotten at an unload leaves its entry empty, and the next
+    /// rule computed in that set takes the empty entry: it does not push
+    /// the set's other rule out. In a plugin loop, a return address in libc
+    /// that shared its set with one in the plugin was computed again after
+    /// every unload (~100 more rules in a run of 200 rounds, a run in 30:
+    /// where the loader put the plugin decided).
+    #[test]
+    fn a_rule_computed_after_an_unload_takes_the_forgotten_rules_entry() {
+        let (home, t) = table_with(&[]);
+        let kept = 0x90_0000;
+        let [plugin] = same_set(kept, SLOTS, 1)[..] else {
+            unreachable!()
+        };
+        assert_eq!(recomputed(home, t, &[kept, plugin]), 2);
+        for round in 0..5 {
+            forget_ranges(t, &[(plugin, plugin + 1)]);
+            assert_eq!(recomputed(home, t, &[plugin]), 1, "round {round}");
+            assert_eq!(recomputed(home, t, &[kept]), 0, "round {round}: kept");
+        }
     }
 
     /// A table of its own, leaked, with the rules of `ips` computed into it.
