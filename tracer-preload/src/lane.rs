@@ -923,6 +923,12 @@ pub fn made() -> usize {
     lanes().count()
 }
 
+/// Whether every lane has all [`SLOTS`] (none past the eighth was made):
+/// the newest lane, first in the list, tells.
+pub fn all_big() -> bool {
+    lanes().next().is_none_or(|l| l.cap == SLOTS as u64)
+}
+
 /// Whether the writer has taken every published message.
 pub fn is_empty() -> bool {
     lanes().all(|l| l.head.0.load(Ordering::Acquire) == l.tail.0.load(Ordering::Relaxed))

@@ -215,6 +215,18 @@ impl Drop for Released {
 /// processor (python3 300k dict: 1,516 futex calls before).
 const NAP_US: u64 = 100;
 const NAPS: u32 = 10;
+/// After a pass that took what the lanes held (fewer than its 4,096
+/// messages), the writer naps this long before the next, while every lane
+/// is a big one: taking each message as soon as it came, it looked at the
+/// lanes ~500,000 times for alloc_chain's 2M events with 2 threads (a few
+/// messages a look, each look loading lines the producers were writing)
+/// and took a core's time from them. A big lane fills in no less than
+/// ~200 us at 50 ns a message; with hundreds of threads' small lanes
+/// (1,024 slots), the writer's passes are long anyway and a nap made
+/// threads wait for room (`examples/many_threads.c`: more CPU, not less).
+/// Not while system calls are captured: a thread writing 4 KiB buffers
+/// fills its 128 KiB ring in as many microseconds.
+const CAUGHT_UP_NAP_US: u64 = 50;
 /// Minimum time between two flushes made because the queue ran empty.
 const FLUSH_WHEN_IDLE: Duration = Duration::from_millis(2);
 
@@ -505,6 +517,9 @@ pub fn run(
                 }
             }
         } else {
+            if got < 4096 && lane::all_big() && !syscalls::capturing() {
+                sys::futex_wait(&NAP, nap_word, Duration::from_micros(CAUGHT_UP_NAP_US));
+            }
             naps = 0;
             idle = Duration::from_micros(500);
             last_busy = Instant::now();

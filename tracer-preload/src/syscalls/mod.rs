@@ -46,6 +46,11 @@ static DATA_CAP: AtomicUsize = AtomicUsize::new(0);
 /// start-up (0: unknown), for the result of `pthread_create` (`clone3`).
 static TID_OFFSET: AtomicUsize = AtomicUsize::new(0);
 
+/// Whether system calls are captured (set once, before any thread exists).
+pub fn capturing() -> bool {
+    ON.load(Ordering::Relaxed)
+}
+
 /// Switches capture on for the system calls `numbers`, keeping `data` bytes
 /// of each buffer. Called once by the constructor, before any thread exists.
 pub fn configure(numbers: &[u16], data: usize) {
