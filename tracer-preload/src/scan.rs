@@ -1927,7 +1927,7 @@ pub struct RootPlan<'a> {
 /// `heap`: right above its accessible part, up to the heap's 64 MiB bound.
 fn heap_reserve(heap: &Mapping, reserve: &Mapping, mem: &mut dyn Memory) -> bool {
     heap.end == reserve.start
-        && heap.start.checked_add(ARENA_ALIGN) == Some(reserve.end)
+        && (heap.start & !(ARENA_ALIGN - 1)).checked_add(ARENA_ALIGN) == Some(reserve.end)
         && heap.read
         && heap.write
         && looks_like_arena_heap(heap, mem)
@@ -1979,19 +1979,25 @@ fn two_words(mem: &mut dyn Memory, at: u64) -> Option<[u64; 4]> {
     Some([w(0), w(1), w(2), w(3)])
 }
 
-/// glibc's `heap_info` at the start of a non-main arena heap: the arena
-/// pointer, the previous heap, the size in use and the size made writable.
+/// Whether `m` is (part of) the writable memory of a non-main arena heap:
+/// glibc's `heap_info` at the heap's start, aligned to [`ARENA_ALIGN`] (the
+/// arena pointer, the previous heap, the size in use and the size made
+/// writable), and `m` inside that writable size. A heap may be several
+/// mappings: in a forked child, what glibc makes writable later does not
+/// merge with the part inherited from the parent.
 fn looks_like_arena_heap(m: &Mapping, mem: &mut dyn Memory) -> bool {
-    if !m.start.is_multiple_of(ARENA_ALIGN) || !m.anonymous() {
+    if !m.anonymous() {
         return false;
     }
-    match two_words(mem, m.start) {
+    let base = m.start & !(ARENA_ALIGN - 1);
+    match two_words(mem, base) {
         Some([ar, _prev, size, mprotect]) => {
             ar != 0
                 && size != 0
                 && size <= ARENA_ALIGN
                 && mprotect >= size
                 && mprotect <= ARENA_ALIGN
+                && m.end <= base + mprotect
         }
         None => false,
     }
@@ -3557,6 +3563,56 @@ mod tests {
         let above = h + ARENA_ALIGN;
         assert!(roots.contains(&(above + 0x2000, above + 0x4000)));
         assert!(!roots.iter().any(|&(a, b)| a < above + 0x2000 && b > above));
+    }
+
+    /// An arena heap in several mappings: in a forked child, glibc's later
+    /// growth of a heap the parent made writable does not merge with the
+    /// inherited part (each has its own anonymous memory), so the heap is
+    /// two mappings or more, only the first starting with its `heap_info`.
+    /// Every one of them is malloc's, none a root (`examples/daemon.c`:
+    /// the parent's writer's heap, seen as roots in the daemon, held a
+    /// stale copy of the address of the daemon's lost block, a run in 30);
+    /// and memory right above the reserved tail of such a heap is not taken
+    /// for a thread stack.
+    #[test]
+    fn an_arena_heap_in_several_mappings_is_no_root() {
+        let h = 0x7f20_0000_0000u64;
+        let maps = vec![
+            map(h, h + 0x21000, "rw", ""),
+            map(h + 0x21000, h + 0x5a000, "rw", ""),
+            map(h + 0x5a000, h + 0x62000, "rw", ""),
+            map(h + 0x62000, h + ARENA_ALIGN, "--", ""),
+            map(h + ARENA_ALIGN, h + ARENA_ALIGN + 0x4000, "rw", ""),
+            // Past a heap's writable size: not the heap's.
+            map(h + 2 * ARENA_ALIGN, h + 2 * ARENA_ALIGN + 0x1000, "rw", ""),
+            map(
+                h + 2 * ARENA_ALIGN + 0x1000,
+                h + 2 * ARENA_ALIGN + 0x3000,
+                "rw",
+                "",
+            ),
+        ];
+        let mut m = Fake::default();
+        m.put(h, h + 32);
+        m.put(h + 16, 0x50000);
+        m.put(h + 24, 0x62000);
+        let k = h + 2 * ARENA_ALIGN;
+        m.put(k, k + 32);
+        m.put(k + 16, 0x1000);
+        m.put(k + 24, 0x1000);
+        let plan = RootPlan {
+            excluded: &[],
+            stack_pointers: &[],
+            unknown_threads: 0,
+            tcb_extent: 0x800,
+        };
+        assert_eq!(
+            plan_roots(&maps, &plan, &mut m),
+            vec![
+                (h + ARENA_ALIGN, h + ARENA_ALIGN + 0x4000),
+                (k + 0x1000, k + 0x3000),
+            ]
+        );
     }
 
     /// The chunk headers of a long anonymous mapping are read a batch of
