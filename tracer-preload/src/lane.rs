@@ -950,13 +950,21 @@ pub mod test_hook {
     static HOOK: Mutex<Option<Hook>> = Mutex::new(None);
 
     /// Calls `f` after each first load of a lane's `head` (with the lane)
-    /// and at the end of each look (with `None`), until [`clear`].
-    pub fn set(f: impl FnMut(Option<&'static Lane>) + Send + 'static) {
+    /// and at the end of each look (with `None`), until the guard returned
+    /// is dropped (a failing test leaves no hook behind).
+    #[must_use]
+    pub fn set(f: impl FnMut(Option<&'static Lane>) + Send + 'static) -> Set {
         *HOOK.lock().unwrap_or_else(|e| e.into_inner()) = Some(Box::new(f));
+        Set
     }
 
-    pub fn clear() {
-        *HOOK.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    /// Removes the hook when dropped.
+    pub struct Set;
+
+    impl Drop for Set {
+        fn drop(&mut self) {
+            *HOOK.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        }
     }
 
     fn call(lane: Option<&'static Lane>) {

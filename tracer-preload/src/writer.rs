@@ -2049,37 +2049,52 @@ mod tests {
         assert!(!st.live.is_live(0x800));
     }
 
-    /// The same hand-over, published while the writer looks at the lanes:
-    /// thread 1's lane was empty when the writer loaded it, and thread 2's
+    /// The same hand-over, published while the writer looks at the lanes
+    /// (`publish`, called by the look's test hook): thread 1 frees 0x800,
+    /// is given it again, and thread `freer` frees the new block. Thread
+    /// 1's messages must come first all the same.
+    fn hand_over_during_a_look(
+        freer: u32,
+        publish: impl FnMut(Option<&'static lane::Lane>) + Send + 'static,
+        rx: &crossbeam_channel::Receiver<Msg>,
+        mut st: State,
+        seen: &Arc<Mutex<Vec<Record>>>,
+    ) {
+        st.live.use_starts_only();
+        st.handle(alloc_at(1, 0x800, 1));
+        seen.lock().unwrap().clear();
+        let hook = lane::test_hook::set(publish);
+        let n = st.drain_in_order(rx, usize::MAX);
+        drop(hook);
+        assert_eq!(n, 3);
+        assert_eq!(
+            events(seen),
+            vec![('F', 1, 0x800), ('A', 1, 0x800), ('F', freer, 0x800)]
+        );
+        assert_eq!(st.forced, 0);
+        assert!(!st.live.is_live(0x800));
+    }
+
+    /// Thread 1's lane was empty when the writer loaded it, and thread 2's
     /// free, published after thread 1's messages, was there when it loaded
-    /// thread 2's. Thread 1's messages must come first all the same.
+    /// thread 2's.
     #[test]
     fn a_message_published_as_the_lanes_are_looked_at_waits_for_what_it_follows() {
         let _turn = lane::TEST_TURN.lock().unwrap_or_else(|e| e.into_inner());
-        let (mut st, seen, rx) = lanes_state();
-        st.handle(alloc_at(1, 0x800, 1));
-        seen.lock().unwrap().clear();
+        let (st, seen, rx) = lanes_state();
         // The newest lane is loaded first.
         let b = lane::test_lane(2);
         let a = lane::test_lane(1);
         let mut armed = true;
-        lane::test_hook::set(move |l| {
+        let publish = move |l: Option<&'static lane::Lane>| {
             if armed && l.is_some_and(|l| std::ptr::eq(l, a)) {
                 armed = false;
                 lane::test_push(a, free_msg(1, 0x800, 100));
                 lane::test_push(a, alloc_at(1, 0x800, 110));
                 lane::test_push(b, free_msg(2, 0x800, 115));
             }
-        });
-        let n = st.drain_in_order(&rx, usize::MAX);
-        lane::test_hook::clear();
-        assert_eq!(n, 3);
-        assert_eq!(
-            events(&seen),
-            vec![('F', 1, 0x800), ('A', 1, 0x800), ('F', 2, 0x800)]
-        );
-        assert_eq!(st.forced, 0);
-        assert!(!st.live.is_live(0x800));
+        };
+        hand_over_during_a_look(2, publish, &rx, st, &seen);
     }
 
     /// Likewise for a message of the channel (a thread without a lane),
@@ -2088,30 +2103,19 @@ mod tests {
     #[test]
     fn a_channel_message_waits_for_a_look_after_it_came() {
         let _turn = lane::TEST_TURN.lock().unwrap_or_else(|e| e.into_inner());
-        let (mut st, seen) = state(8);
-        st.live.use_starts_only();
+        let (st, seen) = state(8);
         let (tx, rx) = crossbeam_channel::bounded::<Msg>(4);
-        st.handle(alloc_at(1, 0x800, 1));
-        seen.lock().unwrap().clear();
         let a = lane::test_lane(1);
         let mut armed = true;
-        lane::test_hook::set(move |l| {
+        let publish = move |l: Option<&'static lane::Lane>| {
             if armed && l.is_none() {
                 armed = false;
                 lane::test_push(a, free_msg(1, 0x800, 100));
                 lane::test_push(a, alloc_at(1, 0x800, 110));
                 tx.send(free_msg(3, 0x800, 115)).unwrap();
             }
-        });
-        let n = st.drain_in_order(&rx, usize::MAX);
-        lane::test_hook::clear();
-        assert_eq!(n, 3);
-        assert_eq!(
-            events(&seen),
-            vec![('F', 1, 0x800), ('A', 1, 0x800), ('F', 3, 0x800)]
-        );
-        assert_eq!(st.forced, 0);
-        assert!(!st.live.is_live(0x800));
+        };
+        hand_over_during_a_look(3, publish, &rx, st, &seen);
     }
 
     /// Hundreds of lanes waiting on one another: a waiting lane is taken
