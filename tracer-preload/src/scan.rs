@@ -1923,14 +1923,13 @@ pub struct RootPlan<'a> {
     pub tcb_extent: u64,
 }
 
-/// Whether `reserve` (inaccessible) is the reserved tail of the arena heap
-/// `heap`: right above its accessible part, up to the heap's 64 MiB bound.
-fn heap_reserve(heap: &Mapping, reserve: &Mapping, mem: &mut dyn Memory) -> bool {
-    heap.end == reserve.start
+/// Whether `reserve` (inaccessible) is the reserved tail of an arena
+/// heap whose last writable mapping is `heap` (`heap_piece` tells whether
+/// it is one): right above it, up to the heap's 64 MiB bound.
+fn heap_reserve(heap: &Mapping, heap_piece: bool, reserve: &Mapping) -> bool {
+    heap_piece
+        && heap.end == reserve.start
         && (heap.start & !(ARENA_ALIGN - 1)).checked_add(ARENA_ALIGN) == Some(reserve.end)
-        && heap.read
-        && heap.write
-        && looks_like_arena_heap(heap, mem)
 }
 
 const ARENA_ALIGN: u64 = 64 << 20;
@@ -1979,28 +1978,53 @@ fn two_words(mem: &mut dyn Memory, at: u64) -> Option<[u64; 4]> {
     Some([w(0), w(1), w(2), w(3)])
 }
 
-/// Whether `m` is (part of) the writable memory of a non-main arena heap:
-/// glibc's `heap_info` at the heap's start, aligned to [`ARENA_ALIGN`] (the
-/// arena pointer, the previous heap, the size in use and the size made
-/// writable), and `m` inside that writable size. A heap may be several
-/// mappings: in a forked child, what glibc makes writable later does not
-/// merge with the part inherited from the parent.
-fn looks_like_arena_heap(m: &Mapping, mem: &mut dyn Memory) -> bool {
-    if !m.anonymous() {
-        return false;
+/// The end of the writable memory of the non-main arena heap that starts
+/// at `m`, if one does: glibc's `heap_info` at the mapping's start, aligned
+/// to [`ARENA_ALIGN`] (the arena pointer, the previous heap, the size in
+/// use and the size made writable).
+fn arena_heap_at(m: &Mapping, mem: &mut dyn Memory) -> Option<u64> {
+    if !m.start.is_multiple_of(ARENA_ALIGN) || !m.anonymous() {
+        return None;
     }
-    let base = m.start & !(ARENA_ALIGN - 1);
-    match two_words(mem, base) {
-        Some([ar, _prev, size, mprotect]) => {
-            ar != 0
+    match two_words(mem, m.start)? {
+        [ar, _prev, size, mprotect]
+            if ar != 0
                 && size != 0
                 && size <= ARENA_ALIGN
                 && mprotect >= size
-                && mprotect <= ARENA_ALIGN
-                && m.end <= base + mprotect
+                && mprotect <= ARENA_ALIGN =>
+        {
+            Some(m.start + mprotect)
         }
-        None => false,
+        _ => None,
     }
+}
+
+/// Which of `maps` (sorted) hold the writable memory of a non-main arena
+/// heap: the mapping that starts with its `heap_info` ([`arena_heap_at`]),
+/// and the writable anonymous mappings that follow it without a gap within
+/// its writable size. A heap may be several mappings: in a forked child,
+/// what glibc makes writable after the fork does not merge with the part
+/// inherited from the parent.
+fn arena_heap_pieces(maps: &[Mapping], mem: &mut dyn Memory) -> Vec<bool> {
+    let mut pieces = Vec::with_capacity(maps.len());
+    let mut heap_end = 0;
+    for (k, m) in maps.iter().enumerate() {
+        let piece = if let Some(end) = arena_heap_at(m, mem) {
+            heap_end = end;
+            true
+        } else {
+            k > 0
+                && pieces[k - 1]
+                && maps[k - 1].end == m.start
+                && m.read
+                && m.write
+                && m.anonymous()
+                && m.end <= heap_end
+        };
+        pieces.push(piece);
+    }
+    pieces
 }
 
 /// An `mmap`ed malloc chunk whose header is `[prev, head]` at `at`: prev_size
@@ -2083,6 +2107,7 @@ impl PageHeads {
 /// ours starts at exit.
 pub fn plan_roots(maps: &[Mapping], plan: &RootPlan, mem: &mut dyn Memory) -> Vec<(u64, u64)> {
     let mut out = Vec::new();
+    let heap = arena_heap_pieces(maps, mem);
     for (k, m) in maps.iter().enumerate() {
         if !(m.read && m.write) || m.path == "[heap]" || m.path.starts_with("[v") {
             continue;
@@ -2091,7 +2116,7 @@ pub fn plan_roots(maps: &[Mapping], plan: &RootPlan, mem: &mut dyn Memory) -> Ve
         {
             continue;
         }
-        if looks_like_arena_heap(m, mem) {
+        if heap[k] {
             continue;
         }
         let sp = plan
@@ -2111,7 +2136,7 @@ pub fn plan_roots(maps: &[Mapping], plan: &RootPlan, mem: &mut dyn Memory) -> Ve
                 && !prev.read
                 && !prev.write
                 && prev.anonymous()
-                && !(k > 1 && heap_reserve(&maps[k - 2], prev, mem))
+                && !(k > 1 && heap_reserve(&maps[k - 2], heap[k - 2], prev))
         };
         let (start, stacklike) = match sp {
             Some(sp) => (sp & !7, true),
@@ -3577,7 +3602,7 @@ mod tests {
     #[test]
     fn an_arena_heap_in_several_mappings_is_no_root() {
         let h = 0x7f20_0000_0000u64;
-        let maps = vec![
+        let mut maps = vec![
             map(h, h + 0x21000, "rw", ""),
             map(h + 0x21000, h + 0x5a000, "rw", ""),
             map(h + 0x5a000, h + 0x62000, "rw", ""),
@@ -3592,10 +3617,19 @@ mod tests {
                 "",
             ),
         ];
+        let j = h + 3 * ARENA_ALIGN;
+        maps.extend([
+            // After a gap, within a heap's writable size: not the heap's.
+            map(j, j + 0x1000, "rw", ""),
+            map(j + 0x2000, j + 0x3000, "rw", ""),
+        ]);
         let mut m = Fake::default();
         m.put(h, h + 32);
         m.put(h + 16, 0x50000);
         m.put(h + 24, 0x62000);
+        m.put(j, j + 32);
+        m.put(j + 16, 0x10000);
+        m.put(j + 24, 0x10000);
         let k = h + 2 * ARENA_ALIGN;
         m.put(k, k + 32);
         m.put(k + 16, 0x1000);
@@ -3611,6 +3645,7 @@ mod tests {
             vec![
                 (h + ARENA_ALIGN, h + ARENA_ALIGN + 0x4000),
                 (k + 0x1000, k + 0x3000),
+                (j + 0x2000, j + 0x3000),
             ]
         );
     }
