@@ -32,6 +32,10 @@
  *            through syscall(): killed by SIGTERM.
  *   syscall-kill  sends itself SIGTERM with syscall(SYS_kill, ...): killed
  *            by SIGTERM.
+ *   thread-tkill  a second thread sends the main thread SIGKILL with
+ *            syscall(SYS_tkill, ...) while the main thread waits for it:
+ *            killed by SIGKILL. (pthread_create's own allocations come on
+ *            top of the 2,000.)
  *   kill9    sends itself SIGKILL with kill(): killed by SIGKILL.
  *   group, killpg  becomes a process group of its own, sets SIGTERM's
  *            default disposition itself, and sends SIGTERM to its group
@@ -68,6 +72,18 @@ static void on_segv(int sig)
 /* How reraise sends the signal again: 0 raise, 1 kill, 2 pthread_kill,
  * 3 syscall(SYS_tgkill), 4 syscall(SYS_tkill). */
 static int reraise_how;
+
+static pid_t main_tid;
+
+/* thread-tkill: the signal comes from another thread of the process. */
+static void *send_term(void *arg)
+{
+    (void)arg;
+    syscall(SYS_tkill, main_tid, SIGKILL);
+    for (;;)
+        pause();
+    return NULL;
+}
 
 /* Cleans up (nothing here), then lets the signal do what it would have. */
 static void reraise(int sig)
@@ -114,6 +130,12 @@ int main(int argc, char **argv)
         kill(getpid(), SIGTERM);
     } else if (strcmp(mode, "syscall-kill") == 0) {
         syscall(SYS_kill, getpid(), SIGTERM);
+    } else if (strcmp(mode, "thread-tkill") == 0) {
+        main_tid = (pid_t)syscall(SYS_gettid);
+        pthread_t t;
+        if (pthread_create(&t, NULL, send_term, NULL) != 0)
+            return 1;
+        pthread_join(t, NULL);
     } else if (strcmp(mode, "kill9") == 0) {
         kill(getpid(), SIGKILL);
     } else if (strcmp(mode, "group") == 0 || strcmp(mode, "killpg") == 0) {

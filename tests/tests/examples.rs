@@ -514,6 +514,42 @@ fn a_signal_sent_to_itself_through_syscall_finishes_the_files() {
     finished_by_sigterm("syscall-kill");
 }
 
+/// SIGKILL sent by another thread of the process with the raw `tkill`
+/// through `syscall()` (`crash thread-tkill`): nothing of ours runs after
+/// it, so the library asks the kernel whether the target is one of the
+/// process's threads and finishes the files before the call (a SIGTERM
+/// would meet the library's own handler anyway). pthread_create's own
+/// allocations come on top of the program's: its 2,000 blocks of 32 bytes
+/// are counted exactly.
+#[test]
+fn sigkill_sent_by_another_thread_through_syscall_finishes_the_files() {
+    let what = "crash thread-tkill";
+    let cmd = Cmd::new(example("crash")).arg("thread-tkill");
+    let plain = cmd.run_plain();
+    let run = run_traced(&cmd, &[]);
+    assert_same_behaviour(&plain, &run, what);
+    assert_eq!(status_text(&run.output.status), "signal 9", "{what}");
+    assert_eq!(spools(&run.dir), Vec::<std::path::PathBuf>::new(), "{what}");
+    let trace = single_trace(&run);
+    assert_eq!(trace.double_allocs, 0, "{what}");
+    assert_validates(&trace.path);
+    let of_32 = trace.allocs.iter().filter(|a| a.0 == 32).count();
+    assert_eq!(of_32, 2_000, "{what}: {:?}", trace.figures);
+    assert!(
+        trace.figures.frees >= 1_000 && trace.figures.live_bytes >= 32_000,
+        "{what}: {:?}",
+        trace.figures
+    );
+    let dump = tracer(&["dump".as_ref(), trace.path.as_os_str()]);
+    let text = String::from_utf8_lossy(&dump.stdout);
+    assert!(
+        text.lines().any(|l| l.starts_with("info ")
+            && l.contains(" ended=\"signal\"")
+            && l.contains(" signal=\"SIGKILL\"")),
+        "{what}: {text}"
+    );
+}
+
 /// `kill(getpid(), SIGKILL)`: nothing runs after it, so the files are
 /// finished before the call, and say SIGKILL ended the process.
 #[test]
