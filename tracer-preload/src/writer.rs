@@ -833,6 +833,16 @@ impl State {
         }
     }
 
+    /// Gives the taken slots back and looks at the lanes and the channel
+    /// again.
+    fn look_again(&mut self, rx: &Receiver<Msg>, views: &mut Vec<lane::View>) {
+        for v in views.iter() {
+            v.release();
+        }
+        self.look(views);
+        self.receive(rx);
+    }
+
     /// Whether the channel's held message may be handled (see `held_look`).
     fn held_ready(&self) -> bool {
         self.held.is_some() && self.held_look < self.looks
@@ -886,45 +896,38 @@ impl State {
                 Some(Reverse((_, src))) => !views[src].ready(),
                 None => false,
             };
-            if unready {
-                // The earliest message came in as the lanes were looked
-                // at: what it depends on may not be in the views yet.
-                self.relooks += 1;
-                for v in views.iter() {
-                    v.release();
+            let src = match popped {
+                Some(Reverse((_, src))) if !unready => src,
+                _ => {
+                    if popped.is_none() && waiting.is_empty() {
+                        break;
+                    }
+                    // Look again: the earliest message came in as the lanes
+                    // were looked at (what it depends on may not be in the
+                    // views yet), or every source left waits.
+                    let before: u64 = views.iter().map(|v| v.takeable()).sum();
+                    self.look_again(rx, views);
+                    if unready {
+                        self.relooks += 1;
+                    } else {
+                        // A waiting message whose counterpart no lane holds
+                        // now waits for an event the hooks never saw: it goes
+                        // at once, however busy the other threads keep the
+                        // lanes. If nothing came and nothing was handled
+                        // since the last look, the earliest goes.
+                        let after: u64 = views.iter().map(|v| v.takeable()).sum();
+                        let seen_late = views.iter().any(|v| v.len() > v.takeable());
+                        let orphans = self.force_orphans(views);
+                        n += orphans;
+                        if orphans == 0 && since_look == 0 && after == before && !seen_late {
+                            n += self.force_earliest(views);
+                        }
+                    }
+                    since_look = 0;
+                    fill(&mut ready, views, &self.held);
+                    waiting.clear();
+                    continue;
                 }
-                self.look(views);
-                self.receive(rx);
-                since_look = 0;
-                fill(&mut ready, views, &self.held);
-                waiting.clear();
-                continue;
-            }
-            let Some(Reverse((_, src))) = popped else {
-                if waiting.is_empty() {
-                    break;
-                }
-                // Every source left waits: look again.
-                let before: u64 = views.iter().map(|v| v.takeable()).sum();
-                for v in views.iter() {
-                    v.release();
-                }
-                self.look(views);
-                self.receive(rx);
-                let after: u64 = views.iter().map(|v| v.takeable()).sum();
-                let unready = views.iter().any(|v| v.len() > v.takeable());
-                // A waiting message whose counterpart no lane holds now
-                // waits for an event the hooks never saw: it goes at once,
-                // however busy the other threads keep the lanes.
-                let orphans = self.force_orphans(views);
-                n += orphans;
-                if orphans == 0 && since_look == 0 && after == before && !unready {
-                    n += self.force_earliest(views);
-                }
-                since_look = 0;
-                fill(&mut ready, views, &self.held);
-                waiting.clear();
-                continue;
             };
             let second = ready
                 .peek()
