@@ -2,7 +2,9 @@
  * thin wrappers over glibc's __libc_* functions; in real programs a
  * statically linked allocator). The executable comes first in the loader's
  * search order, before any LD_PRELOAD library, so its definitions win for
- * every caller: the program's allocations never reach libtracer.
+ * every caller. libtracer points the libraries' imports of them to itself
+ * (see examples/own_alloc/), but the program's own direct calls, the only
+ * ones here, never reach it.
  *
  * Build: gcc -g -O0 -o own_malloc own_malloc.c
  * Output: "own_malloc: 100 rounds", status 0.

@@ -212,9 +212,11 @@ fn said_once<'a>(stderr: &'a str, what: &str) -> &'a str {
 }
 
 /// `examples/own_malloc.c` defines `malloc` and friends in the executable,
-/// whose definitions come before any preloaded library's: its allocations
-/// go around libtracer. The program runs as untraced, and one line on
-/// stderr says why its trace holds no allocation (it said nothing).
+/// whose definitions come before any preloaded library's, and calls them
+/// directly: its allocations go around libtracer (the imports of libraries
+/// are redirected, see `examples/own_alloc`, but it has no such call). The
+/// program runs as untraced, and one line on stderr says why its trace
+/// holds no allocation (it said nothing).
 #[test]
 fn a_program_with_its_own_malloc_is_told_it_is_not_traced() {
     let bin = example("own_malloc");
@@ -633,6 +635,95 @@ fn python_sees_the_same_signal_dispositions() {
         "{}",
         String::from_utf8_lossy(&plain.stdout)
     );
+}
+
+/// examples/own_alloc: a program that defines the allocation functions
+/// itself (as rustc does, linked with jemalloc), so the loader finds its
+/// `malloc` before ours, and a library of its that allocates through its
+/// imports. Every allocation the library makes is recorded, from its eight
+/// kinds of calls and libc's `strdup` (libc imports `malloc` too), with
+/// exact figures; the program's own direct calls are not. So are those of
+/// a second build of the library that the program loads with `dlopen`
+/// afterwards (patched at the tracer's next look at the loader's count,
+/// which the first library's next rounds bring). The blocks stay the
+/// program's allocator's: its `free` ends the program on any other block.
+/// Without the redirection the trace held no allocation at all. The
+/// libraries are linked with lazy binding (their imports still point to
+/// their stubs) and with `-z now`.
+#[test]
+fn a_program_that_defines_malloc_itself_has_its_libraries_calls_recorded() {
+    const ROUNDS: u64 = 500;
+    // Per round (examples/own_alloc/lib.c): 8 allocations and 8 frees; the
+    // program runs ROUNDS, 64 more once the plugin is loaded, then ROUNDS
+    // of the plugin's.
+    let sizes = [100u64, 150, 300, 200, 64, 128, 10, 11];
+    let rounds = 2 * ROUNDS + 64;
+    let expected = Figures::new(
+        8 * rounds,
+        8 * rounds,
+        sizes.iter().sum::<u64>() * rounds,
+        0,
+        0,
+    );
+    for binding in ["-Wl,-z,lazy", "-Wl,-z,now"] {
+        let build = |extra: &str| {
+            let flags = [
+                "-O0",
+                "-g",
+                "-fno-omit-frame-pointer",
+                "-shared",
+                "-fPIC",
+                binding,
+                extra,
+            ];
+            example_with("own_alloc/lib", &flags)
+                .to_string_lossy()
+                .to_string()
+        };
+        let lib = build("-DLINKED");
+        let plugin = build("-DPLUGIN");
+        let bin = example_with(
+            "own_alloc/main",
+            &[
+                "-O0",
+                "-g",
+                "-fno-omit-frame-pointer",
+                "-Wl,--no-as-needed",
+                &lib,
+                "-ldl",
+            ],
+        );
+        let cmd = Cmd::new(bin).arg(ROUNDS.to_string()).arg(&plugin);
+        let plain = cmd.run_plain();
+        assert!(
+            String::from_utf8_lossy(&plain.stdout).starts_with(&format!("ok {ROUNDS} ")),
+            "{binding}: {plain:?}"
+        );
+        let run = run_traced(&cmd, &[("TRACER_QUIET", "0")]);
+        assert_same_behaviour(&plain, &run, binding);
+        assert!(
+            run.stderr().contains("defines malloc itself"),
+            "{binding}: {}",
+            run.stderr()
+        );
+        let trace = single_trace(&run);
+        assert_trace_figures(&trace, expected, binding);
+        assert_eq!(trace.unknown_frees, 0, "{binding}");
+        let mut counts = std::collections::BTreeMap::new();
+        for &(size, stack) in &trace.allocs {
+            *counts.entry(size).or_insert(0u64) += 1;
+            let frames = trace.symbolized(stack);
+            assert!(
+                frames
+                    .iter()
+                    .any(|(_, s)| s.as_ref().is_some_and(|s| s.function == "lib_work")),
+                "{binding}: a block of {size} bytes not from lib_work: {frames:x?}"
+            );
+        }
+        let want: std::collections::BTreeMap<u64, u64> =
+            sizes.iter().map(|&s| (s, rounds)).collect();
+        assert_eq!(counts, want, "{binding}: allocations by size");
+    }
 }
 
 /// examples/usable_size.c linked with another allocator: jemalloc, which

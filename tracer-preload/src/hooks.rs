@@ -195,7 +195,7 @@ pub fn resolve_usable_size() -> usize {
 ///
 /// # Safety
 /// `found` is an address the loader returned.
-unsafe fn defines_malloc(found: *mut c_void, info: &mut libc::Dl_info) -> bool {
+pub(crate) unsafe fn defines_malloc(found: *mut c_void, info: &mut libc::Dl_info) -> bool {
     // <elf.h>'s section index of an undefined symbol; <dlfcn.h>'s request
     // for the symbol's table entry.
     const SHN_UNDEF: u16 = 0;

@@ -54,6 +54,8 @@ mod clock;
 mod config;
 #[cfg_attr(test, allow(dead_code))]
 mod fds;
+#[cfg_attr(test, allow(dead_code))]
+mod got;
 mod hooks;
 mod intern;
 #[cfg_attr(test, allow(dead_code))]

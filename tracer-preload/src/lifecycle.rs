@@ -494,7 +494,20 @@ pub fn constructor() {
     // pending `dlerror()` message (99 lookups, ~40-70 us on this host; on
     // the writer thread they raced the program's first calls).
     crate::syscalls::resolve_all();
-    if cfg.enabled && cfg.allocations() && !cfg.quiet {
+    let redirected = if cfg.enabled && cfg.allocations() {
+        crate::got::redirect()
+    } else {
+        None
+    };
+    if let (Some(r), false) = (redirected, cfg.quiet) {
+        sys::stderr_line(&format!(
+            "{} defines malloc itself: {} import slots of {} libraries now lead to the tracer; \
+             the program's own calls to it are not recorded",
+            sys::exe_path(),
+            r.slots,
+            r.libraries
+        ));
+    } else if cfg.enabled && cfg.allocations() && !cfg.quiet {
         if let Some(who) = crate::hooks::malloc_taken_by() {
             sys::stderr_line(&format!(
                 "{who} defines malloc ahead of libtracer.so: its allocations go around the \

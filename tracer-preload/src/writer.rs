@@ -183,6 +183,10 @@ pub struct Setup {
 /// taken for stale (see `Msg::ReallocFree` in `State::handle`).
 const MAX_NESTED_REALLOCS: usize = 4;
 
+/// How often the writer looks for libraries loaded since, while events come
+/// and the program's allocator is its own (`got::look_for_new_objects`).
+const LOOK_EVERY: Duration = Duration::from_millis(1);
+
 const FLUSH_EVERY: Duration = Duration::from_millis(100);
 
 /// Blocks live at exit from which on the file is written while the scan
@@ -418,6 +422,8 @@ pub fn run(
     // start still leaves a readable trace.
     st.flush();
     let mut last_flush = Instant::now();
+    let mut last_look = Instant::now();
+    let mut events_since_look = false;
     let mut idle = Duration::from_micros(500);
     let mut naps = 0;
     let mut dirty = false;
@@ -434,6 +440,14 @@ pub fn run(
         let nap_word = NAP.load(Ordering::SeqCst);
         let mut got = st.drain_in_order(&rx, 4096) as u32;
         got += st.drain_syscalls() as u32;
+        // Libraries the program loaded since, when its allocator is its own
+        // (see `got`): at most every LOOK_EVERY, after events came.
+        events_since_look |= got > 0;
+        if events_since_look && crate::got::active() && last_look.elapsed() >= LOOK_EVERY {
+            events_since_look = false;
+            last_look = Instant::now();
+            crate::objects::loader_section(crate::got::look_for_new_objects);
+        }
         ctl.progress.fetch_add(1, Ordering::Relaxed);
         let wanted = ctl.flush_requested.load(Ordering::SeqCst);
         if wanted != ctl.flush_done.load(Ordering::Relaxed) {

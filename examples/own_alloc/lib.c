@@ -1,0 +1,36 @@
+/* The library of examples/own_alloc/main.c: each round makes 8 allocations
+ * through its imports of the allocation functions and libc's (strdup):
+ * malloc 100, calloc 3 x 50, realloc to 300 (a free and an allocation),
+ * posix_memalign 200, aligned_alloc 64, memalign 128, valloc 10, strdup 11;
+ * and frees them all. 963 bytes and 8 frees per round. */
+#include <malloc.h>
+#include <stdlib.h>
+#include <string.h>
+
+long lib_work(int rounds)
+{
+    long sum = 0;
+    for (int i = 0; i < rounds; i++) {
+        char *a = malloc(100);
+        char *b = calloc(3, 50);
+        a[0] = (char)i;
+        a = realloc(a, 300);
+        void *c = NULL;
+        if (posix_memalign(&c, 64, 200) != 0)
+            return -1;
+        void *d = aligned_alloc(32, 64);
+        void *e = memalign(128, 128);
+        void *f = valloc(10);
+        char *g = strdup("0123456789");
+        sum += a[0] + b[149] + (long)strlen(g) + (((unsigned long)c | (unsigned long)d | (unsigned long)e) & 15)
+            + ((unsigned long)f & 4095);
+        free(a);
+        free(b);
+        free(c);
+        free(d);
+        free(e);
+        free(f);
+        free(g);
+    }
+    return sum;
+}
