@@ -278,8 +278,8 @@ enum Writes {
     AllRelocated,
     /// An object may be in the middle of its relocation, its pages still
     /// writable, and the loader about to write more slots on them: a page
-    /// is made writable (and read-only again) only when a plain store to it
-    /// failed.
+    /// is made writable (and read-only again) only when the kernel found it
+    /// read-only.
     Careful,
 }
 
@@ -561,28 +561,103 @@ unsafe fn patch_object(o: &Object, writes: Writes) -> usize {
     n
 }
 
-/// Stores `value` at `slot`, through a writable mapping of its page while
-/// it is in `relro` (see [`Writes`]).
+/// Stores `value` at `slot`. First through the kernel (`process_vm_writev`
+/// on ourselves), which fails with EFAULT on a read-only page instead of
+/// faulting: a page the loader made read-only after relocating the object
+/// (in `relro`) is then made writable for the store and read-only again.
+/// Where that call is refused (a seccomp filter), only the constructor
+/// ([`Writes::AllRelocated`]) stores: directly outside `relro`, through
+/// `mprotect` inside.
 ///
 /// # Safety
 /// `slot` is an aligned 8-byte slot of a loaded object's data.
 unsafe fn write_slot(slot: u64, value: u64, relro: Option<(u64, u64)>, writes: Writes) -> bool {
-    let page = slot & !4095;
     let in_relro = relro.is_some_and(|(lo, hi)| (lo..hi).contains(&slot));
-    if writes == Writes::Careful {
-        // A store the kernel makes for us, which fails (EFAULT) on a page
-        // mapped read-only instead of faulting.
+    let local = libc::iovec {
+        iov_base: (&value as *const u64).cast_mut().cast(),
+        iov_len: 8,
+    };
+    let remote = libc::iovec {
+        iov_base: slot as *mut c_void,
+        iov_len: 8,
+    };
+    // SAFETY: both vectors describe 8 bytes: our local, and the slot
+    // (caller), which the kernel writes only if its page is writable.
+    // (Every argument a full register: `syscall` reads six longs.)
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_process_vm_writev,
+            libc::getpid() as libc::c_long,
+            &local as *const libc::iovec,
+            1 as libc::c_long,
+            &remote as *const libc::iovec,
+            1 as libc::c_long,
+            0 as libc::c_long,
+        )
+    };
+    if r == 8 {
+        return true;
+    }
+    let read_only = r < 0 && sys::errno() == libc::EFAULT;
+    if r >= 0 || !(read_only || writes == Writes::AllRelocated) {
+        return false;
+    }
+    if !in_relro {
+        if read_only {
+            return false;
+        }
+        // SAFETY: (caller) outside the read-only-after-relocation range,
+        // an object's data is writable once it is relocated.
+        unsafe { core::ptr::write_volatile(slot as *mut u64, value) };
+        return true;
+    }
+    let page = (slot & !4095) as *mut c_void;
+    // SAFETY: (caller) `page` is a mapped page of the object, read-only
+    // since its relocation; only its protection changes, and it is given
+    // back below.
+    unsafe {
+        if libc::mprotect(page, 4096, libc::PROT_READ | libc::PROT_WRITE) != 0 {
+            return false;
+        }
+        core::ptr::write_volatile(slot as *mut u64, value);
+        libc::mprotect(page, 4096, libc::PROT_READ);
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A private anonymous page, `prot` protection.
+    fn page(prot: c_int) -> u64 {
+        // SAFETY: a fresh anonymous mapping, no existing memory involved.
+        let p = unsafe {
+            libc::mmap(
+                core::ptr::null_mut(),
+                4096,
+                prot,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(p, libc::MAP_FAILED);
+        p as u64
+    }
+
+    /// Whether the page at `p` can be written: the kernel's own store.
+    fn writable(p: u64) -> bool {
+        let v = 0u64;
         let local = libc::iovec {
-            iov_base: (&value as *const u64).cast_mut().cast(),
+            iov_base: (&v as *const u64).cast_mut().cast(),
             iov_len: 8,
         };
         let remote = libc::iovec {
-            iov_base: slot as *mut c_void,
+            iov_base: (p + 64) as *mut c_void,
             iov_len: 8,
         };
-        // SAFETY: both vectors describe 8 bytes: our local, and the slot
-        // (caller), which the kernel writes only if its page is writable.
-        // (Every argument a full register: `syscall` reads six longs.)
+        // SAFETY: as in `write_slot`.
         let r = unsafe {
             libc::syscall(
                 libc::SYS_process_vm_writev,
@@ -594,30 +669,47 @@ unsafe fn write_slot(slot: u64, value: u64, relro: Option<(u64, u64)>, writes: W
                 0 as libc::c_long,
             )
         };
-        if r == 8 {
-            return true;
-        }
-        if r >= 0 || sys::errno() != libc::EFAULT || !in_relro {
-            return false;
+        r == 8
+    }
+
+    fn read(slot: u64) -> u64 {
+        // SAFETY: the test's pages stay mapped and readable.
+        unsafe { core::ptr::read_volatile(slot as *const u64) }
+    }
+
+    #[test]
+    fn a_writable_slot_is_stored_and_its_page_left_writable() {
+        for writes in [Writes::Careful, Writes::AllRelocated] {
+            let p = page(libc::PROT_READ | libc::PROT_WRITE);
+            // Even in the range: the page was not made read-only yet (an
+            // object the loader is still relocating).
+            // SAFETY: p + 8 is an aligned slot of a mapped page.
+            assert!(unsafe { write_slot(p + 8, 0x1234, Some((p, p + 4096)), writes) });
+            assert_eq!(read(p + 8), 0x1234);
+            assert!(writable(p), "the page stays writable");
         }
     }
-    // SAFETY: (caller) `page` is a mapped page of the object; only its
-    // protection changes, and it is given back below: read-only, as the
-    // loader left it once the object was relocated.
-    unsafe {
-        if in_relro
-            && libc::mprotect(
-                page as *mut c_void,
-                4096,
-                libc::PROT_READ | libc::PROT_WRITE,
-            ) != 0
-        {
-            return false;
-        }
-        core::ptr::write_volatile(slot as *mut u64, value);
-        if in_relro {
-            libc::mprotect(page as *mut c_void, 4096, libc::PROT_READ);
+
+    #[test]
+    fn a_read_only_slot_in_the_relro_range_is_stored_and_its_page_made_read_only_again() {
+        for writes in [Writes::Careful, Writes::AllRelocated] {
+            let p = page(libc::PROT_READ);
+            // SAFETY: as above.
+            assert!(unsafe { write_slot(p + 16, 0x5678, Some((p, p + 4096)), writes) });
+            assert_eq!(read(p + 16), 0x5678);
+            assert!(!writable(p), "the page is read-only again");
         }
     }
-    true
+
+    #[test]
+    fn a_read_only_slot_outside_the_relro_range_is_left() {
+        for writes in [Writes::Careful, Writes::AllRelocated] {
+            let p = page(libc::PROT_READ);
+            // SAFETY: as above.
+            assert!(!unsafe { write_slot(p + 16, 0x5678, Some((p + 4096, p + 8192)), writes) });
+            assert!(!unsafe { write_slot(p + 16, 0x5678, None, writes) });
+            assert_eq!(read(p + 16), 0);
+            assert!(!writable(p));
+        }
+    }
 }
