@@ -19,6 +19,7 @@ use core::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use libc::{c_int, c_void, size_t};
 
+use crate::objects::PhdrInfoCounts;
 use crate::{lifecycle, sys, tls, unwind};
 
 /// The functions redirected, in the order of [`REAL`].
@@ -310,21 +311,12 @@ fn loader_adds() -> u64 {
         size: size_t,
         data: *mut c_void,
     ) -> c_int {
-        /// glibc's `struct dl_phdr_info` up to `dlpi_adds`.
-        #[repr(C)]
-        struct Counted {
-            addr: u64,
-            name: *const libc::c_char,
-            phdr: *const libc::Elf64_Phdr,
-            phnum: u16,
-            adds: u64,
-        }
         // SAFETY: dl_iterate_phdr passes a valid info of `size` bytes, read
         // as far as `adds` only when `size` covers it; `data` is the u64
         // below.
         unsafe {
-            if size >= core::mem::size_of::<Counted>() {
-                *data.cast::<u64>() = (*info.cast::<Counted>()).adds;
+            if size >= core::mem::size_of::<PhdrInfoCounts>() {
+                *data.cast::<u64>() = (*info.cast::<PhdrInfoCounts>()).adds;
             }
         }
         1
@@ -561,6 +553,40 @@ unsafe fn patch_object(o: &Object, writes: Writes) -> usize {
     n
 }
 
+/// Stores `value` at `addr` through the kernel (`process_vm_writev` on
+/// ourselves): `Err(EFAULT)` instead of a fault when the page is not
+/// writable; the call's errno for any other failure (a short write is
+/// `EIO`). Never faults, whatever `addr` is.
+fn kernel_store(addr: u64, value: u64) -> Result<(), c_int> {
+    let local = libc::iovec {
+        iov_base: (&value as *const u64).cast_mut().cast(),
+        iov_len: 8,
+    };
+    let remote = libc::iovec {
+        iov_base: addr as *mut c_void,
+        iov_len: 8,
+    };
+    // SAFETY: both vectors describe 8 bytes: our local, and `addr`, which
+    // the kernel checks and writes only if it is mapped writable. (Every
+    // argument a full register: `syscall` reads six longs.)
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_process_vm_writev,
+            libc::getpid() as libc::c_long,
+            &local as *const libc::iovec,
+            1 as libc::c_long,
+            &remote as *const libc::iovec,
+            1 as libc::c_long,
+            0 as libc::c_long,
+        )
+    };
+    match r {
+        8 => Ok(()),
+        r if r < 0 => Err(sys::errno()),
+        _ => Err(libc::EIO),
+    }
+}
+
 /// Stores `value` at `slot`. First through the kernel (`process_vm_writev`
 /// on ourselves), which fails with EFAULT on a read-only page instead of
 /// faulting: a page the loader made read-only after relocating the object
@@ -573,33 +599,12 @@ unsafe fn patch_object(o: &Object, writes: Writes) -> usize {
 /// `slot` is an aligned 8-byte slot of a loaded object's data.
 unsafe fn write_slot(slot: u64, value: u64, relro: Option<(u64, u64)>, writes: Writes) -> bool {
     let in_relro = relro.is_some_and(|(lo, hi)| (lo..hi).contains(&slot));
-    let local = libc::iovec {
-        iov_base: (&value as *const u64).cast_mut().cast(),
-        iov_len: 8,
-    };
-    let remote = libc::iovec {
-        iov_base: slot as *mut c_void,
-        iov_len: 8,
-    };
-    // SAFETY: both vectors describe 8 bytes: our local, and the slot
-    // (caller), which the kernel writes only if its page is writable.
-    // (Every argument a full register: `syscall` reads six longs.)
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_process_vm_writev,
-            libc::getpid() as libc::c_long,
-            &local as *const libc::iovec,
-            1 as libc::c_long,
-            &remote as *const libc::iovec,
-            1 as libc::c_long,
-            0 as libc::c_long,
-        )
-    };
-    if r == 8 {
+    let r = kernel_store(slot, value);
+    if r == Ok(()) {
         return true;
     }
-    let read_only = r < 0 && sys::errno() == libc::EFAULT;
-    if r >= 0 || !(read_only || writes == Writes::AllRelocated) {
+    let read_only = r == Err(libc::EFAULT);
+    if !(read_only || writes == Writes::AllRelocated) {
         return false;
     }
     if !in_relro {
@@ -648,28 +653,7 @@ mod tests {
 
     /// Whether the page at `p` can be written: the kernel's own store.
     fn writable(p: u64) -> bool {
-        let v = 0u64;
-        let local = libc::iovec {
-            iov_base: (&v as *const u64).cast_mut().cast(),
-            iov_len: 8,
-        };
-        let remote = libc::iovec {
-            iov_base: (p + 64) as *mut c_void,
-            iov_len: 8,
-        };
-        // SAFETY: as in `write_slot`.
-        let r = unsafe {
-            libc::syscall(
-                libc::SYS_process_vm_writev,
-                libc::getpid() as libc::c_long,
-                &local as *const libc::iovec,
-                1 as libc::c_long,
-                &remote as *const libc::iovec,
-                1 as libc::c_long,
-                0 as libc::c_long,
-            )
-        };
-        r == 8
+        kernel_store(p + 64, 0).is_ok()
     }
 
     fn read(slot: u64) -> u64 {

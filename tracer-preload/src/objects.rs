@@ -231,13 +231,13 @@ pub struct Loaded {
 /// definition stops before them); the callback's `size` says whether the
 /// loader passes them.
 #[repr(C)]
-struct PhdrInfoCounts {
+pub struct PhdrInfoCounts {
     addr: u64,
     name: *const libc::c_char,
     phdr: *const libc::Elf64_Phdr,
     phnum: u16,
-    adds: u64,
-    subs: u64,
+    pub adds: u64,
+    pub subs: u64,
 }
 
 impl Loaded {
