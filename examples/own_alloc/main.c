@@ -8,12 +8,14 @@
  * it, so a block of another allocator reaching this free, or one of these
  * reaching another allocator, ends the program (exit status 3).
  *
- * Usage: main ROUNDS [PLUGIN]. The library's `lib_work` makes 8
+ * Usage: main ROUNDS [PLUGIN | leak]. The library's `lib_work` makes 8
  * allocations per round (see lib.c). With PLUGIN (another build of lib.c),
  * main then loads it with dlopen, runs 64 more rounds of the first
  * library's, sleeps 200 ms (the tracer's writer looks for libraries loaded
  * since within a millisecond or so of the events those rounds made), then
- * runs ROUNDS of the plugin's. Last, main makes 10 allocations of its own,
+ * runs ROUNDS of the plugin's. With `leak`, main first calls the
+ * library's `lib_leak` (three blocks left live, see lib.c). Last, main
+ * makes 10 allocations of its own,
  * which no import carries. Prints "ok ROUNDS CHECKSUM" with write(2), so
  * that stdio allocates no buffer. */
 #include <dlfcn.h>
@@ -29,6 +31,7 @@ extern void *__libc_malloc(size_t);
 extern void __libc_free(void *);
 
 long lib_work(int rounds);
+void lib_leak(void);
 
 #define TAG 0x6f776e616c6c6f63ULL
 
@@ -141,8 +144,11 @@ size_t malloc_usable_size(void *p) { return p ? head_of(p)->size : 0; }
 int main(int argc, char **argv)
 {
     int rounds = argc > 1 ? atoi(argv[1]) : 1000;
+    int leak = argc > 2 && strcmp(argv[2], "leak") == 0;
+    if (leak)
+        lib_leak();
     long sum = lib_work(rounds);
-    if (argc > 2) {
+    if (argc > 2 && !leak) {
         void *plugin = dlopen(argv[2], RTLD_NOW);
         if (!plugin)
             die("own_alloc: dlopen failed\n");

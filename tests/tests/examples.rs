@@ -726,6 +726,57 @@ fn a_program_that_defines_malloc_itself_has_its_libraries_calls_recorded() {
     }
 }
 
+/// examples/own_alloc with `leak`: the library leaves a block reachable
+/// from a global (64 bytes), one nothing points to (48) and one only that
+/// one points to (24). The exit scan of the program's own allocator's
+/// blocks (not glibc's: the sizes are the recorded ones) classes them as
+/// the program says, and as valgrind does when told the allocator is the
+/// executable's (`--soname-synonyms=somalloc=NONE`).
+#[test]
+fn the_leaks_of_a_program_that_defines_malloc_itself_are_classed_as_valgrind_does() {
+    let lib = example_with(
+        "own_alloc/lib",
+        &["-O0", "-g", "-fno-omit-frame-pointer", "-shared", "-fPIC"],
+    )
+    .to_string_lossy()
+    .to_string();
+    let bin = example_with(
+        "own_alloc/main",
+        &[
+            "-O0",
+            "-g",
+            "-fno-omit-frame-pointer",
+            "-Wl,--no-as-needed",
+            &lib,
+            "-ldl",
+        ],
+    );
+    let cmd = Cmd::new(&bin).arg("100").arg("leak");
+    let plain = cmd.run_plain();
+    let run = run_traced(&cmd, &[]);
+    assert_same_behaviour(&plain, &run, "own_alloc leak");
+    let scan = read_scan(&single_trace(&run).path).unwrap_or_else(|e| panic!("{e}"));
+    let mut expected = LeakClasses::default();
+    expected.set(format_writers::LeakKind::Definite, (48, 1));
+    expected.set(format_writers::LeakKind::Indirect, (24, 1));
+    expected.set(format_writers::LeakKind::Reachable, (64, 1));
+    assert_eq!(scan.classes, expected, "ours");
+    let vg = std::process::Command::new("valgrind")
+        .args([
+            "--soname-synonyms=somalloc=NONE",
+            "--leak-check=full",
+            "--show-leak-kinds=all",
+            "--run-libc-freeres=no",
+        ])
+        .arg(&bin)
+        .args(["100", "leak"])
+        .output()
+        .expect("valgrind runs");
+    let summary = parse_valgrind_leaks(&String::from_utf8_lossy(&vg.stderr))
+        .unwrap_or_else(|| panic!("{}", String::from_utf8_lossy(&vg.stderr)));
+    assert_eq!(summary.classes, expected, "valgrind");
+}
+
 /// examples/usable_size.c linked with another allocator: jemalloc, which
 /// does not define glibc's `__libc_*` functions (our hooks then hand the
 /// program glibc's blocks), and tcmalloc, which does (our hooks then hand
