@@ -274,8 +274,9 @@ pub fn look_for_new_objects() {
 /// How [`write_slot`] may store into a slot.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Writes {
-    /// Every object is relocated (the constructor): a slot in the
-    /// read-only-after-relocation range is on a read-only page.
+    /// Every object is relocated (the constructor): where the kernel's store
+    /// is refused (a seccomp filter), a slot is written directly, through
+    /// `mprotect` in the read-only-after-relocation range.
     AllRelocated,
     /// An object may be in the middle of its relocation, its pages still
     /// writable, and the loader about to write more slots on them: a page
