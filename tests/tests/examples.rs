@@ -723,6 +723,17 @@ fn a_program_that_defines_malloc_itself_has_its_libraries_calls_recorded() {
         let want: std::collections::BTreeMap<u64, u64> =
             sizes.iter().map(|&s| (s, rounds)).collect();
         assert_eq!(counts, want, "{binding}: allocations by size");
+        // The report says what the trace leaves out.
+        let report = std::process::Command::new(tracer_bin())
+            .arg("report")
+            .arg(&trace.path)
+            .output()
+            .expect("tracer report runs");
+        let text = String::from_utf8_lossy(&report.stdout);
+        assert!(
+            text.contains("note: the program defines malloc itself"),
+            "{binding}: {text}"
+        );
     }
 }
 

@@ -304,6 +304,12 @@ pub fn text(
                 plural(leaked_blocks, "block", "blocks")
             )?;
         }
+        if a.allocator_is_the_programs() {
+            writeln!(
+                out,
+                "note: the program defines malloc itself: its libraries' calls are recorded, not its own"
+            )?;
+        }
         if h.reused_live_addresses > 0 {
             writeln!(
                 out,

@@ -226,7 +226,18 @@ pub fn redirect() -> Option<Redirected> {
     crate::scan::set_exact_sizes();
     EXE.store(exe, Ordering::Relaxed);
     ADDS_SEEN.store(loader_adds(), Ordering::Relaxed);
-    Some(patch_all(Writes::AllRelocated))
+    let done = patch_all(Writes::AllRelocated);
+    AT_START.store(done.slots, Ordering::Relaxed);
+    Some(done)
+}
+
+/// Import slots the constructor rewrote.
+static AT_START: AtomicUsize = AtomicUsize::new(0);
+
+/// How many import slots [`redirect`] rewrote at start, when it found the
+/// program's allocator.
+pub fn redirected_at_start() -> Option<usize> {
+    active().then(|| AT_START.load(Ordering::Relaxed))
 }
 
 /// The main program's load bias once [`redirect`] found its allocator.

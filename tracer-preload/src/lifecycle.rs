@@ -813,6 +813,13 @@ fn info(cfg: &Config) -> Vec<(String, String)> {
         ),
         ("stack_depth".to_string(), cfg.stack_depth.to_string()),
     ];
+    if let Some(slots) = crate::got::redirected_at_start() {
+        // Read by `tracer report`: the trace is its libraries' calls only.
+        v.push((
+            "allocator".to_string(),
+            format!("program: {slots} import slots redirected; the program's own calls unrecorded"),
+        ));
+    }
     // SAFETY: `u` is a writable utsname; uname fills NUL-terminated fields.
     unsafe {
         let mut u: libc::utsname = core::mem::zeroed();
