@@ -211,15 +211,17 @@ pub struct Redirected {
 pub fn redirect() -> Option<Redirected> {
     let _g = tls::enter();
     let exe = main_program_bias()?;
+    // The four required first (`NAMES` starts with them): most programs
+    // stop at `malloc`, one lookup.
+    let mut found = [0usize; 8];
     for (k, name) in NAMES.iter().enumerate() {
-        REAL[k].store(defined_by_program(name, exe), Ordering::Relaxed);
+        found[k] = defined_by_program(name, exe);
+        if k <= REALLOC && found[k] == 0 {
+            return None;
+        }
     }
-    if [MALLOC, FREE, CALLOC, REALLOC]
-        .iter()
-        .any(|&k| REAL[k].load(Ordering::Relaxed) == 0)
-    {
-        REAL.iter().for_each(|r| r.store(0, Ordering::Relaxed));
-        return None;
+    for (r, f) in REAL.iter().zip(found) {
+        r.store(f, Ordering::Relaxed);
     }
     // Blocks are not glibc's: the leak scan keeps every size it replays
     // instead of reading glibc's chunk headers.
