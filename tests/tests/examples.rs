@@ -637,6 +637,34 @@ fn python_sees_the_same_signal_dispositions() {
     );
 }
 
+/// `examples/own_alloc/lib.c` built as a shared library with `extra` flags
+/// (each set of flags its own file), as a path.
+fn own_alloc_lib(extra: &[&str]) -> String {
+    let flags = [
+        &["-O0", "-g", "-fno-omit-frame-pointer", "-shared", "-fPIC"][..],
+        extra,
+    ]
+    .concat();
+    example_with("own_alloc/lib", &flags)
+        .to_string_lossy()
+        .to_string()
+}
+
+/// `examples/own_alloc/main.c` linked with the library at `lib`.
+fn own_alloc_main(lib: &str) -> std::path::PathBuf {
+    example_with(
+        "own_alloc/main",
+        &[
+            "-O0",
+            "-g",
+            "-fno-omit-frame-pointer",
+            "-Wl,--no-as-needed",
+            lib,
+            "-ldl",
+        ],
+    )
+}
+
 /// examples/own_alloc: a program that defines the allocation functions
 /// itself (as rustc does, linked with jemalloc), so the loader finds its
 /// `malloc` before ours, and a library of its that allocates through its
@@ -666,33 +694,9 @@ fn a_program_that_defines_malloc_itself_has_its_libraries_calls_recorded() {
         0,
     );
     for binding in ["-Wl,-z,lazy", "-Wl,-z,now"] {
-        let build = |extra: &str| {
-            let flags = [
-                "-O0",
-                "-g",
-                "-fno-omit-frame-pointer",
-                "-shared",
-                "-fPIC",
-                binding,
-                extra,
-            ];
-            example_with("own_alloc/lib", &flags)
-                .to_string_lossy()
-                .to_string()
-        };
-        let lib = build("-DLINKED");
-        let plugin = build("-DPLUGIN");
-        let bin = example_with(
-            "own_alloc/main",
-            &[
-                "-O0",
-                "-g",
-                "-fno-omit-frame-pointer",
-                "-Wl,--no-as-needed",
-                &lib,
-                "-ldl",
-            ],
-        );
+        let lib = own_alloc_lib(&[binding, "-DLINKED"]);
+        let plugin = own_alloc_lib(&[binding, "-DPLUGIN"]);
+        let bin = own_alloc_main(&lib);
         let cmd = Cmd::new(bin).arg(ROUNDS.to_string()).arg(&plugin);
         let plain = cmd.run_plain();
         assert!(
@@ -745,23 +749,7 @@ fn a_program_that_defines_malloc_itself_has_its_libraries_calls_recorded() {
 /// executable's (`--soname-synonyms=somalloc=NONE`).
 #[test]
 fn the_leaks_of_a_program_that_defines_malloc_itself_are_classed_as_valgrind_does() {
-    let lib = example_with(
-        "own_alloc/lib",
-        &["-O0", "-g", "-fno-omit-frame-pointer", "-shared", "-fPIC"],
-    )
-    .to_string_lossy()
-    .to_string();
-    let bin = example_with(
-        "own_alloc/main",
-        &[
-            "-O0",
-            "-g",
-            "-fno-omit-frame-pointer",
-            "-Wl,--no-as-needed",
-            &lib,
-            "-ldl",
-        ],
-    );
+    let bin = own_alloc_main(&own_alloc_lib(&[]));
     let cmd = Cmd::new(&bin).arg("100").arg("leak");
     let plain = cmd.run_plain();
     let run = run_traced(&cmd, &[]);
