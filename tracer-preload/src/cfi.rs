@@ -642,8 +642,7 @@ pub struct Memo {
     /// `entries` again, reduced to what [`walk_quick`] reads: always
     /// `quick_of(&entries[k])`.
     /// One more than the memo's depth: `quick[MEMO_FRAMES]` stays
-    /// [`NO_QUICK`] (all zero in a fresh lane), the end marker of
-    /// [`walk_quick`]'s loop: its `ra` is 0.
+    /// [`NO_QUICK`], the end marker of [`walk_quick`]'s loop.
     quick: [Quick; MEMO_FRAMES + 1],
     /// The thread's recent rules by return address (direct-mapped): where
     /// a capture's frames sit at other depths than the previous capture's
@@ -1091,17 +1090,9 @@ fn walk_memo(
 ) -> Option<usize> {
     let generation = GENERATION.load(Ordering::Acquire);
     if memo.generation != generation {
-        // A memo never used (generation 0) is a lane's fresh mapping, all
-        // zero bytes: as empty as the constants below for every reader
-        // (an entry whose `ra` is 0 matches no return address, and an
-        // all-zero slot ends a walk as `EMPTY_SLOT` does), so its ~40 KiB
-        // are left untouched, not written into the thread's resident
-        // memory (many_threads: 1,000 threads, peak 93 -> 75 MB).
-        if memo.generation != 0 {
-            memo.entries = [EMPTY_SLOT; MEMO_FRAMES];
-            memo.quick = [NO_QUICK; MEMO_FRAMES + 1];
-            memo.by_ra = EMPTY_BY_RA;
-        }
+        memo.entries = [EMPTY_SLOT; MEMO_FRAMES];
+        memo.quick = [NO_QUICK; MEMO_FRAMES + 1];
+        memo.by_ra = EMPTY_BY_RA;
         memo.generation = generation;
     }
     let span16 = hi - lo - 16;
@@ -1282,7 +1273,7 @@ fn walk_quick<const FULL: bool>(
         return false;
     }
     let span16_8 = span16 >> 3;
-    debug_assert!(memo.quick[MEMO_FRAMES].ra == 0);
+    debug_assert!(memo.quick[MEMO_FRAMES] == NO_QUICK);
     let ended = loop {
         // FULL (the memo's whole depth, the default): no test of the depth
         // here, the end marker stops the loop. n <= MEMO_FRAMES holds: n
@@ -1915,92 +1906,82 @@ mod tests {
                 },
             }
         };
+        let mut memo = Memo {
+            generation: 0,
+            by_address_runs: 0,
+            misses: 0,
+            entries: [EMPTY_SLOT; MEMO_FRAMES],
+            quick: [NO_QUICK; MEMO_FRAMES + 1],
+            by_ra: EMPTY_BY_RA,
+        };
         let mut compared = 0;
         let mut long = 0;
-        // A memo of the empty constants, and one of all zero bytes (a lane's
-        // fresh mapping, taken as it is: see `walk_memo`).
-        for fresh in [false, true] {
-            let mut memo = if fresh {
-                // SAFETY: Memo is plain integers and arrays of them, for which
-                // all-zero bytes are a value.
-                Box::new(unsafe { core::mem::zeroed::<Memo>() })
-            } else {
-                Box::new(Memo {
-                    generation: 0,
-                    by_address_runs: 0,
-                    misses: 0,
-                    entries: [EMPTY_SLOT; MEMO_FRAMES],
-                    quick: [NO_QUICK; MEMO_FRAMES + 1],
-                    by_ra: EMPTY_BY_RA,
-                })
-            };
-            for round in 0..4000 {
-                // Written and read through one raw pointer only (the walks read
-                // it as memory, not as a Rust array). Eight guard words on each
-                // side of [lo, hi) hold return addresses too: a walk that read
-                // past the bounds would go on instead of stopping.
-                let mut stack = vec![0u64; WORDS + 16];
-                let base = stack.as_mut_ptr();
-                // Now and then a misaligned `lo` (the memo walk requires an
-                // aligned one and must fall back to the plain walk).
-                let lo = base as u64 + 64 + if round % 17 == 5 { 4 } else { 0 };
-                let hi = lo + 8 * WORDS as u64;
-                for k in 0..WORDS + 16 {
-                    // Return addresses from a small set (so they repeat), and
-                    // word values that point back into the stack now and then.
-                    let w = match rand() % 8 {
-                        // From the guard below to the guard above, unaligned
-                        // now and then.
-                        0 | 1 => {
-                            lo - 64
-                                + 8 * (rand() % (WORDS as u64 + 16))
-                                + 4 * rand().is_multiple_of(8) as u64
-                        }
-                        _ => 0x40_0000 + 16 * (rand() % 24),
-                    };
-                    // SAFETY: k < WORDS + 16, inside the vector.
-                    unsafe { base.add(k).write(w) };
-                }
-                if round % 10 == 0 {
-                    // SAFETY: inside the vector.
-                    unsafe { base.add(8 + (rand() % WORDS as u64) as usize).write(0) };
-                }
-                let ip = 0x40_0000 + 16 * (rand() % 24);
-                let rsp = match round % 13 {
-                    0 => lo - 8,
-                    1 => hi - 8,
-                    _ => lo + 8 * (rand() % 8) + if round % 7 == 0 { 4 } else { 0 },
+        for round in 0..4000 {
+            // Written and read through one raw pointer only (the walks read
+            // it as memory, not as a Rust array). Eight guard words on each
+            // side of [lo, hi) hold return addresses too: a walk that read
+            // past the bounds would go on instead of stopping.
+            let mut stack = vec![0u64; WORDS + 16];
+            let base = stack.as_mut_ptr();
+            // Now and then a misaligned `lo` (the memo walk requires an
+            // aligned one and must fall back to the plain walk).
+            let lo = base as u64 + 64 + if round % 17 == 5 { 4 } else { 0 };
+            let hi = lo + 8 * WORDS as u64;
+            for k in 0..WORDS + 16 {
+                // Return addresses from a small set (so they repeat), and
+                // word values that point back into the stack now and then.
+                let w = match rand() % 8 {
+                    // From the guard below to the guard above, unaligned
+                    // now and then.
+                    0 | 1 => {
+                        lo - 64
+                            + 8 * (rand() % (WORDS as u64 + 16))
+                            + 4 * rand().is_multiple_of(8) as u64
+                    }
+                    _ => 0x40_0000 + 16 * (rand() % 24),
                 };
-                let rbp = lo - 64 + 8 * (rand() % (WORDS as u64 + 16));
-                let depth = [64, 5, 100, 1][round % 4];
-                let mut b = [0u64; 100];
-                let want = walk_rules(&mut b[..depth], ip, rsp, rbp, lo, hi, |ip| {
-                    Some(rule_of(ip))
-                });
-                // The same stack three times: with the memo as the previous
-                // rounds left it, then with the depth memo forced on (it now
-                // holds this very stack: the quick loop's path), then with
-                // rules by address only.
-                for (pass, runs) in [None, Some(0), Some(63)].into_iter().enumerate() {
-                    if let Some(runs) = runs {
-                        memo.by_address_runs = runs;
-                    }
-                    let mut a = [0u64; 100];
-                    let got = walk(&mut memo, &mut a[..depth], ip, rsp, rbp, lo, hi, |ip| {
-                        encode(ip, rule_of(ip))
-                    });
-                    assert_eq!(got, want, "round {round} pass {pass}");
-                    if let Some(n) = got {
-                        assert_eq!(a[..n], b[..n], "round {round} pass {pass}");
-                        long += (n >= 4) as u32;
-                    }
-                    assert_eq!(memo.quick[MEMO_FRAMES].ra, 0);
-                    compared += 1;
-                }
-                drop(stack);
+                // SAFETY: k < WORDS + 16, inside the vector.
+                unsafe { base.add(k).write(w) };
             }
+            if round % 10 == 0 {
+                // SAFETY: inside the vector.
+                unsafe { base.add(8 + (rand() % WORDS as u64) as usize).write(0) };
+            }
+            let ip = 0x40_0000 + 16 * (rand() % 24);
+            let rsp = match round % 13 {
+                0 => lo - 8,
+                1 => hi - 8,
+                _ => lo + 8 * (rand() % 8) + if round % 7 == 0 { 4 } else { 0 },
+            };
+            let rbp = lo - 64 + 8 * (rand() % (WORDS as u64 + 16));
+            let depth = [64, 5, 100, 1][round % 4];
+            let mut b = [0u64; 100];
+            let want = walk_rules(&mut b[..depth], ip, rsp, rbp, lo, hi, |ip| {
+                Some(rule_of(ip))
+            });
+            // The same stack three times: with the memo as the previous
+            // rounds left it, then with the depth memo forced on (it now
+            // holds this very stack: the quick loop's path), then with
+            // rules by address only.
+            for (pass, runs) in [None, Some(0), Some(63)].into_iter().enumerate() {
+                if let Some(runs) = runs {
+                    memo.by_address_runs = runs;
+                }
+                let mut a = [0u64; 100];
+                let got = walk(&mut memo, &mut a[..depth], ip, rsp, rbp, lo, hi, |ip| {
+                    encode(ip, rule_of(ip))
+                });
+                assert_eq!(got, want, "round {round} pass {pass}");
+                if let Some(n) = got {
+                    assert_eq!(a[..n], b[..n], "round {round} pass {pass}");
+                    long += (n >= 4) as u32;
+                }
+                assert_eq!(memo.quick[MEMO_FRAMES], NO_QUICK);
+                compared += 1;
+            }
+            drop(stack);
         }
-        assert_eq!(compared, 24000);
+        assert_eq!(compared, 12000);
         // Many stacks were walked for several frames (the memo hits), not
         // cut at the first one.
         assert!(long > 100, "{long} walks of 4 frames or more");
@@ -2077,74 +2058,6 @@ mod tests {
             drop(stack);
         }
         assert!(deep > 100, "{deep} walks deeper than the memo");
-    }
-
-    /// A thread's first capture writes only the memo entries it uses: a
-    /// lane's fresh mapping is all zero, which reads as an empty memo, so
-    /// the pages of the rest (most of `ByRa`) stay untouched and out of
-    /// the thread's resident memory (they were all written before: 1,000
-    /// threads of many_threads peaked 18 MB higher).
-    #[test]
-    fn a_fresh_memo_is_not_written_whole_at_its_first_capture() {
-        let size = core::mem::size_of::<Memo>().next_multiple_of(4096);
-        // SAFETY: a fresh anonymous mapping (all zero bytes, a valid Memo),
-        // used only here and unmapped at the end.
-        let map = unsafe {
-            libc::mmap(
-                core::ptr::null_mut(),
-                size,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        assert_ne!(map, libc::MAP_FAILED);
-        // SAFETY: as above; nothing else refers to the mapping.
-        let memo = unsafe { &mut *map.cast::<Memo>() };
-        // Three frames by the frame-pointer convention, then the end.
-        const END: u64 = 0x50_0000;
-        let mut stack = [0u64; 16];
-        let lo = stack.as_mut_ptr() as u64;
-        let hi = lo + 8 * 16;
-        for (k, ra) in [0x40_0010u64, 0x40_0020, END].into_iter().enumerate() {
-            stack[2 * k] = lo + 16 * (k as u64 + 1);
-            stack[2 * k + 1] = ra;
-        }
-        let rule_of = |ip: u64| {
-            if ip == END {
-                Rule::End
-            } else {
-                Rule::Frame {
-                    cfa_rbp: true,
-                    cfa_off: 16,
-                    rbp_off: Some(-16),
-                }
-            }
-        };
-        let mut b = [0u64; 64];
-        let want = walk_rules(&mut b, 0x40_0000, lo, lo, lo, hi, |ip| Some(rule_of(ip)));
-        let mut a = [0u64; 64];
-        let got = walk(memo, &mut a, 0x40_0000, lo, lo, lo, hi, |ip| {
-            encode(ip, rule_of(ip))
-        });
-        assert_eq!(got, want);
-        assert_eq!(got, Some(4));
-        assert_eq!(a[..4], b[..4]);
-        let pages = size / 4096;
-        let mut resident = vec![0u8; pages];
-        // SAFETY: `map` is a mapping of `size` bytes; one byte a page.
-        assert_eq!(
-            unsafe { libc::mincore(map, size, resident.as_mut_ptr()) },
-            0
-        );
-        let touched = resident.iter().filter(|&&r| r & 1 != 0).count();
-        assert!(
-            touched * 2 < pages,
-            "{touched} of the memo's {pages} pages written by one capture"
-        );
-        // SAFETY: the mapping made above, no longer referred to.
-        unsafe { libc::munmap(map, size) };
     }
 
     /// The guesses of the callers' rules (`ByRa::paths`): a return address

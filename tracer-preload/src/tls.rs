@@ -231,10 +231,8 @@ pub fn hot() -> &'static Hot {
 /// object). It lives in the thread's lane (`lane::with_capture`), not in
 /// static TLS: 48 KiB of TLS came out of every thread's stack, and a thread
 /// asked with `PTHREAD_STACK_MIN` (16 KiB) could not be created at all
-/// (`EINVAL`). An all-zero `Capture` is valid, and empty: a memo or cache
-/// of generation or epoch 0 (never a current one) is taken as it is, not
-/// written whole (its untouched pages stay out of the thread's resident
-/// memory); one left by an earlier writer or generation is reset.
+/// (`EINVAL`). An all-zero `Capture` is valid (memo and cache are reset on
+/// first use: their generation and epoch are never 0).
 pub struct Capture {
     /// The frame buffer of a capture of the default depth (its contents are
     /// whatever the previous capture left).
@@ -266,11 +264,7 @@ impl Sent {
         let epoch = EPOCH.load(Ordering::Relaxed);
         let cache = &mut self.0;
         if cache.epoch != epoch {
-            // Epoch 0: a lane's fresh mapping, already all zero (empty);
-            // left untouched (see `cfi::walk_memo`).
-            if cache.epoch != 0 {
-                cache.clear();
-            }
+            cache.clear();
             cache.epoch = epoch;
         }
         cache.check_and_insert(key)
