@@ -739,6 +739,16 @@ fn a_program_that_defines_malloc_itself_has_its_libraries_calls_recorded() {
             "{binding}: {text}"
         );
     }
+    // Not of a program that leaves `malloc` to glibc.
+    let run = run_traced(&Cmd::new(example("leak")), &[]);
+    let report = std::process::Command::new(tracer_bin())
+        .arg("report")
+        .arg(&single_trace(&run).path)
+        .output()
+        .expect("tracer report runs");
+    let text = String::from_utf8_lossy(&report.stdout);
+    assert!(text.contains("allocation calls:"), "{text}");
+    assert!(!text.contains("defines malloc itself"), "{text}");
 }
 
 /// examples/own_alloc with `leak`: the library leaves a block reachable

@@ -19,7 +19,6 @@ use core::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use libc::{c_int, c_void, size_t};
 
-use crate::objects::PhdrInfoCounts;
 use crate::{lifecycle, sys, tls, unwind};
 
 /// The functions redirected, in the order of [`REAL`].
@@ -48,14 +47,14 @@ static REAL: [AtomicUsize; 8] = [const { AtomicUsize::new(0) }; 8];
 /// The wrapper that takes the place of `NAMES[k]`.
 fn wrapper(k: usize) -> usize {
     match k {
-        MALLOC => w_malloc as *const () as usize,
+        MALLOC => w_sized::<MALLOC> as *const () as usize,
         FREE => w_free as *const () as usize,
         CALLOC => w_calloc as *const () as usize,
         REALLOC => w_realloc as *const () as usize,
-        MEMALIGN => w_memalign as *const () as usize,
+        MEMALIGN => w_aligned::<MEMALIGN> as *const () as usize,
         POSIX_MEMALIGN => w_posix_memalign as *const () as usize,
-        ALIGNED_ALLOC => w_aligned_alloc as *const () as usize,
-        _ => w_valloc as *const () as usize,
+        ALIGNED_ALLOC => w_aligned::<ALIGNED_ALLOC> as *const () as usize,
+        _ => w_sized::<VALLOC> as *const () as usize,
     }
 }
 
@@ -76,16 +75,36 @@ unsafe fn real<F: Copy>(k: usize) -> F {
 // did as the exported hooks do (an allocation after the call returned it, a
 // free before it runs). They pass their own frame to the capture.
 
-unsafe extern "C" fn w_malloc(size: size_t) -> *mut c_void {
-    let entry = unwind::entry_frame();
-    // SAFETY: installed only with REAL[MALLOC] set.
-    let f = unsafe { real::<unsafe extern "C" fn(size_t) -> *mut c_void>(MALLOC) };
-    // SAFETY: the program's malloc, called as its caller did.
-    let p = tls::in_allocator(|| unsafe { f(size) });
+/// Records the block `p` of `size` bytes a wrapper's call returned (none
+/// for a null `p`), and gives it back.
+#[inline(always)]
+fn recorded(p: *mut c_void, size: u64, entry: u64) -> *mut c_void {
     if !p.is_null() {
-        lifecycle::on_alloc(p as u64, size as u64, false, entry);
+        lifecycle::on_alloc(p as u64, size, false, entry);
     }
     p
+}
+
+/// `malloc` (K = MALLOC) and `valloc` (K = VALLOC).
+unsafe extern "C" fn w_sized<const K: usize>(size: size_t) -> *mut c_void {
+    let entry = unwind::entry_frame();
+    // SAFETY: installed only with REAL[K] set, K one of the two above.
+    let f = unsafe { real::<unsafe extern "C" fn(size_t) -> *mut c_void>(K) };
+    // SAFETY: the program's function, called as its caller did.
+    recorded(tls::in_allocator(|| unsafe { f(size) }), size as u64, entry)
+}
+
+/// `memalign` (K = MEMALIGN) and `aligned_alloc` (K = ALIGNED_ALLOC).
+unsafe extern "C" fn w_aligned<const K: usize>(align: size_t, size: size_t) -> *mut c_void {
+    let entry = unwind::entry_frame();
+    // SAFETY: installed only with REAL[K] set, K one of the two above.
+    let f = unsafe { real::<unsafe extern "C" fn(size_t, size_t) -> *mut c_void>(K) };
+    // SAFETY: the program's function, called as its caller did.
+    recorded(
+        tls::in_allocator(|| unsafe { f(align, size) }),
+        size as u64,
+        entry,
+    )
 }
 
 unsafe extern "C" fn w_free(ptr: *mut c_void) {
@@ -104,10 +123,7 @@ unsafe extern "C" fn w_calloc(n: size_t, size: size_t) -> *mut c_void {
     let f = unsafe { real::<unsafe extern "C" fn(size_t, size_t) -> *mut c_void>(CALLOC) };
     // SAFETY: the program's calloc, called as its caller did.
     let p = tls::in_allocator(|| unsafe { f(n, size) });
-    if !p.is_null() {
-        lifecycle::on_alloc(p as u64, (n as u64).wrapping_mul(size as u64), false, entry);
-    }
-    p
+    recorded(p, (n as u64).wrapping_mul(size as u64), entry)
 }
 
 unsafe extern "C" fn w_realloc(ptr: *mut c_void, size: size_t) -> *mut c_void {
@@ -116,22 +132,18 @@ unsafe extern "C" fn w_realloc(ptr: *mut c_void, size: size_t) -> *mut c_void {
     let f = unsafe { real::<unsafe extern "C" fn(*mut c_void, size_t) -> *mut c_void>(REALLOC) };
     if ptr.is_null() {
         // SAFETY: as above.
-        let p = tls::in_allocator(|| unsafe { f(ptr, size) });
-        if !p.is_null() {
-            lifecycle::on_alloc(p as u64, size as u64, false, entry);
-        }
-        return p;
+        return recorded(
+            tls::in_allocator(|| unsafe { f(ptr, size) }),
+            size as u64,
+            entry,
+        );
     }
     if size == 0 {
         // Allocators differ here: the block is freed, and some return a
         // new minimal block.
         lifecycle::on_free(ptr as u64, false);
         // SAFETY: as above.
-        let q = tls::in_allocator(|| unsafe { f(ptr, 0) });
-        if !q.is_null() {
-            lifecycle::on_alloc(q as u64, 0, false, entry);
-        }
-        return q;
+        return recorded(tls::in_allocator(|| unsafe { f(ptr, 0) }), 0, entry);
     }
     lifecycle::on_free(ptr as u64, true);
     // SAFETY: as above.
@@ -142,42 +154,6 @@ unsafe extern "C" fn w_realloc(ptr: *mut c_void, size: size_t) -> *mut c_void {
         lifecycle::on_alloc(q as u64, size as u64, true, entry);
     }
     q
-}
-
-unsafe extern "C" fn w_memalign(align: size_t, size: size_t) -> *mut c_void {
-    let entry = unwind::entry_frame();
-    // SAFETY: installed only with REAL[MEMALIGN] set.
-    let f = unsafe { real::<unsafe extern "C" fn(size_t, size_t) -> *mut c_void>(MEMALIGN) };
-    // SAFETY: the program's memalign, called as its caller did.
-    let p = tls::in_allocator(|| unsafe { f(align, size) });
-    if !p.is_null() {
-        lifecycle::on_alloc(p as u64, size as u64, false, entry);
-    }
-    p
-}
-
-unsafe extern "C" fn w_aligned_alloc(align: size_t, size: size_t) -> *mut c_void {
-    let entry = unwind::entry_frame();
-    // SAFETY: installed only with REAL[ALIGNED_ALLOC] set.
-    let f = unsafe { real::<unsafe extern "C" fn(size_t, size_t) -> *mut c_void>(ALIGNED_ALLOC) };
-    // SAFETY: the program's aligned_alloc, called as its caller did.
-    let p = tls::in_allocator(|| unsafe { f(align, size) });
-    if !p.is_null() {
-        lifecycle::on_alloc(p as u64, size as u64, false, entry);
-    }
-    p
-}
-
-unsafe extern "C" fn w_valloc(size: size_t) -> *mut c_void {
-    let entry = unwind::entry_frame();
-    // SAFETY: installed only with REAL[VALLOC] set.
-    let f = unsafe { real::<unsafe extern "C" fn(size_t) -> *mut c_void>(VALLOC) };
-    // SAFETY: the program's valloc, called as its caller did.
-    let p = tls::in_allocator(|| unsafe { f(size) });
-    if !p.is_null() {
-        lifecycle::on_alloc(p as u64, size as u64, false, entry);
-    }
-    p
 }
 
 unsafe extern "C" fn w_posix_memalign(out: *mut *mut c_void, align: size_t, size: size_t) -> c_int {
@@ -210,12 +186,12 @@ pub struct Redirected {
 /// changed). Called once, by the constructor.
 pub fn redirect() -> Option<Redirected> {
     let _g = tls::enter();
-    let exe = main_program_bias()?;
+    let (exe, headers) = sys::program_headers()?;
     // The four required first (`NAMES` starts with them): most programs
     // stop at `malloc`, one lookup.
     let mut found = [0usize; 8];
     for (k, name) in NAMES.iter().enumerate() {
-        found[k] = defined_by_program(name, exe);
+        found[k] = defined_by_program(name, exe, headers);
         if k <= REALLOC && found[k] == 0 {
             return None;
         }
@@ -227,7 +203,7 @@ pub fn redirect() -> Option<Redirected> {
     // instead of reading glibc's chunk headers.
     crate::scan::set_exact_sizes();
     EXE.store(exe, Ordering::Relaxed);
-    ADDS_SEEN.store(loader_adds(), Ordering::Relaxed);
+    ADDS_SEEN.store(crate::objects::loader_adds(), Ordering::Relaxed);
     let done = patch_all(Writes::AllRelocated);
     AT_START.store(done.slots, Ordering::Relaxed);
     Some(done)
@@ -272,7 +248,7 @@ static PASSES_LEFT: AtomicU32 = AtomicU32::new(0);
 /// [`Writes::Careful`] allows. Two more passes follow a change of the
 /// count, for the slots so left.
 pub fn look_for_new_objects() {
-    let adds = loader_adds();
+    let adds = crate::objects::loader_adds();
     if adds != ADDS_SEEN.load(Ordering::Relaxed) {
         ADDS_SEEN.store(adds, Ordering::Relaxed);
         PASSES_LEFT.store(2, Ordering::Relaxed);
@@ -317,35 +293,10 @@ fn patch_all(writes: Writes) -> Redirected {
     done
 }
 
-/// The loader's count of objects ever loaded (`dlpi_adds`), 0 when it
-/// gives none. Takes the loader's lock briefly.
-fn loader_adds() -> u64 {
-    unsafe extern "C" fn first(
-        info: *mut libc::dl_phdr_info,
-        size: size_t,
-        data: *mut c_void,
-    ) -> c_int {
-        // SAFETY: dl_iterate_phdr passes a valid info of `size` bytes, read
-        // as far as `adds` only when `size` covers it; `data` is the u64
-        // below.
-        unsafe {
-            if size >= core::mem::size_of::<PhdrInfoCounts>() {
-                *data.cast::<u64>() = (*info.cast::<PhdrInfoCounts>()).adds;
-            }
-        }
-        1
-    }
-    let mut adds = 0u64;
-    // SAFETY: the callback writes the u64 it is given, alive meanwhile.
-    unsafe {
-        libc::dl_iterate_phdr(Some(first), (&mut adds as *mut u64).cast());
-    }
-    adds
-}
-
-/// `name`'s address when the main program (load bias `exe`) defines it
-/// (and the loader finds that definition first), else 0.
-fn defined_by_program(name: &core::ffi::CStr, exe: u64) -> usize {
+/// `name`'s address when the main program (load bias `exe`, program
+/// headers `headers`) defines it and the loader finds that definition
+/// first, else 0.
+fn defined_by_program(name: &core::ffi::CStr, exe: u64, headers: &[libc::Elf64_Phdr]) -> usize {
     // SAFETY: dlsym and dladdr only read the loader's tables; `info` is a
     // zeroed local they fill.
     unsafe {
@@ -354,43 +305,19 @@ fn defined_by_program(name: &core::ffi::CStr, exe: u64) -> usize {
         if f.is_null() || !crate::hooks::defines_malloc(f, &mut info) {
             return 0;
         }
-        if info.dli_fbase as u64 != exe && !(exe == 0 && is_main_map(info.dli_fbase)) {
+        // The object's base (its first segment) among the program's.
+        let base = info.dli_fbase as u64;
+        if !sys::load_segments(exe, headers, |_| true).any(|(lo, hi)| (lo..hi).contains(&base)) {
             return 0;
         }
         f as usize
     }
 }
 
-/// Whether `base` is the main program's (a program that is not
-/// position-independent has load bias 0 and its base at its first
-/// segment).
-fn is_main_map(base: *mut c_void) -> bool {
-    let mut first = None;
-    for_each_object(|o| {
-        if first.is_none() {
-            first = Some(o.first_segment);
-        }
-    });
-    first == Some(base as u64)
-}
-
-/// The main program's load bias (the loader lists it first).
-fn main_program_bias() -> Option<u64> {
-    let mut first = None;
-    for_each_object(|o| {
-        if first.is_none() {
-            first = Some(o.bias);
-        }
-    });
-    first
-}
-
 /// A loaded object, as `dl_iterate_phdr` gives it.
 struct Object {
     bias: u64,
     phdrs: &'static [libc::Elf64_Phdr],
-    /// The address of its first loadable segment.
-    first_segment: u64,
 }
 
 fn for_each_object(mut f: impl FnMut(Object)) {
@@ -410,14 +337,9 @@ fn for_each_object(mut f: impl FnMut(Object)) {
             } else {
                 core::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum as usize)
             };
-            let first_segment = phdrs
-                .iter()
-                .find(|p| p.p_type == libc::PT_LOAD)
-                .map_or(0, |p| info.dlpi_addr.wrapping_add(p.p_vaddr));
             f(Object {
                 bias: info.dlpi_addr,
                 phdrs,
-                first_segment,
             });
         }
         0
@@ -502,10 +424,7 @@ unsafe fn patch_object(o: &Object, writes: Writes) -> usize {
         )
     });
     let own = |v: u64| {
-        o.phdrs.iter().any(|p| {
-            p.p_type == libc::PT_LOAD
-                && (o.bias + p.p_vaddr..o.bias + p.p_vaddr + p.p_memsz).contains(&v)
-        })
+        sys::load_segments(o.bias, o.phdrs, |_| true).any(|(lo, hi)| (lo..hi).contains(&v))
     };
     let mut lists = vec![(rela, relasz)];
     if pltrel == DT_RELA as u64 {

@@ -231,13 +231,40 @@ pub struct Loaded {
 /// definition stops before them); the callback's `size` says whether the
 /// loader passes them.
 #[repr(C)]
-pub struct PhdrInfoCounts {
+struct PhdrInfoCounts {
     addr: u64,
     name: *const libc::c_char,
     phdr: *const libc::Elf64_Phdr,
     phnum: u16,
-    pub adds: u64,
-    pub subs: u64,
+    adds: u64,
+    subs: u64,
+}
+
+/// The loader's count of objects ever loaded (`dlpi_adds`), 0 when it
+/// gives none; the walk stops at the first object. Takes the loader's
+/// lock briefly.
+pub fn loader_adds() -> u64 {
+    unsafe extern "C" fn first(
+        info: *mut libc::dl_phdr_info,
+        size: libc::size_t,
+        data: *mut libc::c_void,
+    ) -> libc::c_int {
+        // SAFETY: dl_iterate_phdr passes a valid info of `size` bytes, read
+        // as far as the counts only when `size` covers them; `data` is the
+        // u64 below.
+        unsafe {
+            if size >= core::mem::size_of::<PhdrInfoCounts>() {
+                *data.cast::<u64>() = (*info.cast::<PhdrInfoCounts>()).adds;
+            }
+        }
+        1
+    }
+    let mut adds = 0u64;
+    // SAFETY: the callback writes the u64 it is given, alive meanwhile.
+    unsafe {
+        libc::dl_iterate_phdr(Some(first), (&mut adds as *mut u64).cast());
+    }
+    adds
 }
 
 impl Loaded {
