@@ -33,6 +33,17 @@
 //! fresh look (a free the hooks never saw), the message goes through as it
 //! would have before.
 //!
+//! The times themselves follow happens-before only up to the processor's
+//! reordering of `rdtsc` (see `clock`: a read ordered after another
+//! thread's can come out ~150 ns earlier). That is enough: a free's time
+//! is read before the real `free` runs, so it precedes the address's
+//! reuse; an allocation's time may come out before its `malloc` returned,
+//! which the holding back above absorbs; and a thread's free of a block it
+//! was handed could only be taken ahead of the owner's free of the
+//! previous block at that address if the owner's free, `malloc`, recorded
+//! allocation (a stack walk) and hand-over all fit in that reordering
+//! window, where each traced call alone takes longer.
+//!
 //! **Room.** A thread whose lane is full spins, yields a few times, then
 //! sleeps on the lane's `room` word until the writer has taken a quarter
 //! of the lane (`wait_for_room`, `View::give_back`).
