@@ -105,13 +105,7 @@ fn point() -> (u64, Option<u64>) {
 
 /// CPUID: the counter runs at a constant rate in every state.
 fn invariant_tsc() -> bool {
-    #[allow(unused_unsafe)]
-    // SAFETY: CPUID is available on every x86-64 processor; the extended
-    // leaf is read only when the processor reports it.
-    unsafe {
-        let max = core::arch::x86_64::__cpuid(0x8000_0000).eax;
-        max >= 0x8000_0007 && core::arch::x86_64::__cpuid(0x8000_0007).edx & (1 << 8) != 0
-    }
+    crate::sys::extended_cpuid(0x8000_0007).is_some_and(|r| r.edx & (1 << 8) != 0)
 }
 
 /// Whether the kernel keeps time with the counter (raw system calls: this

@@ -631,13 +631,7 @@ fn claim_ahead(p: *mut Slot) {
 
 /// Whether the processor has `PREFETCHW`.
 fn has_prefetchw() -> bool {
-    #[allow(unused_unsafe)]
-    // SAFETY: CPUID is available on every x86-64 processor; the extended
-    // leaf is read only when the processor reports it.
-    unsafe {
-        let max = core::arch::x86_64::__cpuid(0x8000_0000).eax;
-        max >= 0x8000_0001 && core::arch::x86_64::__cpuid(0x8000_0001).ecx & (1 << 8) != 0
-    }
+    sys::extended_cpuid(0x8000_0001).is_some_and(|r| r.ecx & (1 << 8) != 0)
 }
 
 /// Publishes the lane's messages up to `head`; past `wake_past` (half

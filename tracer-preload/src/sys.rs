@@ -355,6 +355,18 @@ pub fn under_valgrind() -> bool {
     false
 }
 
+/// The extended CPUID leaf `leaf` (0x8000_00xx), when the processor
+/// reports it.
+pub fn extended_cpuid(leaf: u32) -> Option<core::arch::x86_64::CpuidResult> {
+    #[allow(unused_unsafe)]
+    // SAFETY: CPUID is available on every x86-64 processor; the extended
+    // leaf is read only when the processor reports it.
+    unsafe {
+        let max = core::arch::x86_64::__cpuid(0x8000_0000).eax;
+        (max >= leaf).then(|| core::arch::x86_64::__cpuid(leaf))
+    }
+}
+
 /// Nanoseconds since the Unix epoch: the tracer's one clock, for events and
 /// system calls alike (the time-stamp counter when fit, else the vDSO's
 /// `CLOCK_REALTIME`; see `clock`).
