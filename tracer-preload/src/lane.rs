@@ -564,7 +564,16 @@ fn new_lane() -> Option<&'static Lane> {
         &*p
     };
     l.state.store(OWNED, Ordering::Relaxed);
-    PREFETCHW.store(has_prefetchw(), Ordering::Relaxed);
+    if PREFETCHW.load(Ordering::Relaxed) == NOT_ASKED {
+        // Once: CPUID is a VM exit in a guest (a thousand threads, a
+        // thousand lanes).
+        let known = if has_prefetchw() {
+            HAS_PREFETCHW
+        } else {
+            NO_PREFETCHW
+        };
+        PREFETCHW.store(known, Ordering::Relaxed);
+    }
     LANES.push(l);
     Some(l)
 }
@@ -589,7 +598,7 @@ fn push(lane: &Lane, msg: Msg) -> Option<Msg> {
     // SAFETY: head - tail < cap, so the slot is outside [tail, head): the
     // writer does not read it until `head` moves past it.
     unsafe { encode(&mut *lane.slot(head), msg) };
-    if head & 1 == 0 && PREFETCHW.load(Ordering::Relaxed) {
+    if head & 1 == 0 && PREFETCHW.load(Ordering::Relaxed) == HAS_PREFETCHW {
         claim_ahead(lane.slot(head + CLAIM_AHEAD));
     }
     publish(lane, head + 1, seen);
@@ -600,9 +609,13 @@ fn push(lane: &Lane, msg: Msg) -> Option<Msg> {
 /// lines: 16 slots, 8 lines (32 did the same).
 const CLAIM_AHEAD: u64 = 16;
 
-/// Whether the processor has `PREFETCHW` (CPUID 0x8000_0001 ECX bit 8);
-/// set when the first lane is made.
-static PREFETCHW: AtomicBool = AtomicBool::new(false);
+/// Whether the processor has `PREFETCHW` (CPUID 0x8000_0001 ECX bit 8):
+/// [`NOT_ASKED`] until the first lane is made, then [`HAS_PREFETCHW`] or
+/// [`NO_PREFETCHW`].
+static PREFETCHW: AtomicU8 = AtomicU8::new(NOT_ASKED);
+const NOT_ASKED: u8 = 0;
+const HAS_PREFETCHW: u8 = 1;
+const NO_PREFETCHW: u8 = 2;
 
 /// Asks for the cache line at `p` in a writable state, ahead of the write.
 ///
