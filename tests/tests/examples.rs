@@ -728,11 +728,7 @@ fn a_program_that_defines_malloc_itself_has_its_libraries_calls_recorded() {
             sizes.iter().map(|&s| (s, rounds)).collect();
         assert_eq!(counts, want, "{binding}: allocations by size");
         // The report says what the trace leaves out.
-        let report = std::process::Command::new(tracer_bin())
-            .arg("report")
-            .arg(&trace.path)
-            .output()
-            .expect("tracer report runs");
+        let report = tracer(&["report".as_ref(), trace.path.as_os_str()]);
         let text = String::from_utf8_lossy(&report.stdout);
         assert!(
             text.contains("note: the program defines malloc itself"),
@@ -741,11 +737,7 @@ fn a_program_that_defines_malloc_itself_has_its_libraries_calls_recorded() {
     }
     // Not of a program that leaves `malloc` to glibc.
     let run = run_traced(&Cmd::new(example("leak")), &[]);
-    let report = std::process::Command::new(tracer_bin())
-        .arg("report")
-        .arg(&single_trace(&run).path)
-        .output()
-        .expect("tracer report runs");
+    let report = tracer(&["report".as_ref(), single_trace(&run).path.as_os_str()]);
     let text = String::from_utf8_lossy(&report.stdout);
     assert!(text.contains("allocation calls:"), "{text}");
     assert!(!text.contains("defines malloc itself"), "{text}");

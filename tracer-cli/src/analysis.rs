@@ -336,9 +336,6 @@ impl Analysis {
         self.info.iter().any(|(k, v)| k == "ended" && v == "exec")
     }
 
-    /// The signal that ended the traced process (the library's info pairs
-    /// `ended`=`signal` and `signal`=its name), when one did: no exit ran,
-    /// so no leak check applies to it.
     /// Whether the library found the program's own allocator (an info pair
     /// `allocator` whose value starts with `program`): only its libraries'
     /// calls are in the trace.
@@ -348,6 +345,9 @@ impl Analysis {
             .any(|(k, v)| k == "allocator" && v.starts_with("program"))
     }
 
+    /// The signal that ended the traced process (the library's info pairs
+    /// `ended`=`signal` and `signal`=its name), when one did: no exit ran,
+    /// so no leak check applies to it.
     pub fn ended_by_signal(&self) -> Option<&str> {
         if !self.info.iter().any(|(k, v)| k == "ended" && v == "signal") {
             return None;

@@ -1107,6 +1107,20 @@ pub fn test_push(lane: &Lane, msg: Msg) {
 mod tests {
     use super::*;
 
+    /// The PREFETCHW check reads the bit the kernel reads for its
+    /// `3dnowprefetch` flag (CPUID 0x8000_0001 ECX bit 8): with the wrong
+    /// bit the lanes would silently never claim their lines.
+    #[test]
+    fn the_prefetchw_check_agrees_with_the_kernel() {
+        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap();
+        let flags = cpuinfo
+            .lines()
+            .find(|l| l.starts_with("flags"))
+            .expect("a flags line");
+        let kernel = flags.split_whitespace().any(|f| f == "3dnowprefetch");
+        assert_eq!(has_prefetchw(), kernel, "{flags}");
+    }
+
     /// The first eight lanes use every slot of their mapping, later ones a
     /// quarter of them, and a message wraps around at the lane's own size.
     #[test]

@@ -240,6 +240,21 @@ struct PhdrInfoCounts {
     subs: u64,
 }
 
+/// The loader's counts in `info`, when its `size` covers them.
+///
+/// # Safety
+/// `info` is the valid `dl_phdr_info` of `size` bytes `dl_iterate_phdr`
+/// passed to a callback, read only during that call.
+unsafe fn counts<'a>(
+    info: *const libc::dl_phdr_info,
+    size: libc::size_t,
+) -> Option<&'a PhdrInfoCounts> {
+    // SAFETY: the caller's: `size` bytes of `info` are readable, and the
+    // counts lie within them when `size` covers the struct.
+    (size >= core::mem::size_of::<PhdrInfoCounts>())
+        .then(|| unsafe { &*info.cast::<PhdrInfoCounts>() })
+}
+
 /// The loader's count of objects ever loaded (`dlpi_adds`), 0 when it
 /// gives none; the walk stops at the first object. Takes the loader's
 /// lock briefly.
@@ -249,12 +264,11 @@ pub fn loader_adds() -> u64 {
         size: libc::size_t,
         data: *mut libc::c_void,
     ) -> libc::c_int {
-        // SAFETY: dl_iterate_phdr passes a valid info of `size` bytes, read
-        // as far as the counts only when `size` covers them; `data` is the
-        // u64 below.
+        // SAFETY: dl_iterate_phdr passes a valid info of `size` bytes;
+        // `data` is the u64 below.
         unsafe {
-            if size >= core::mem::size_of::<PhdrInfoCounts>() {
-                *data.cast::<u64>() = (*info.cast::<PhdrInfoCounts>()).adds;
+            if let Some(c) = counts(info, size) {
+                *data.cast::<u64>() = c.adds;
             }
         }
         1
@@ -325,15 +339,11 @@ unsafe extern "C" fn loaded_callback(
     // from `Loaded::read`.
     unsafe {
         let out = &mut *(data as *mut Loaded);
-        let info = &*info;
-        if size >= core::mem::size_of::<PhdrInfoCounts>() {
-            let counts = &*(info as *const libc::dl_phdr_info).cast::<PhdrInfoCounts>();
-            out.adds = counts.adds;
-            out.subs = counts.subs;
-        } else {
-            out.subs = u64::MAX;
+        match counts(info, size) {
+            Some(c) => (out.adds, out.subs) = (c.adds, c.subs),
+            None => out.subs = u64::MAX,
         }
-        out.ranges.extend(load_extent(info));
+        out.ranges.extend(load_extent(&*info));
     }
     0
 }
