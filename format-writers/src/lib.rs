@@ -12,6 +12,7 @@
 //! | [`tlv`] | syscall capture TLV | `78 06 17 a5` |
 
 pub mod aggregate;
+pub mod blocks;
 pub mod bytes;
 pub mod callgrind;
 pub mod dumpalloc;

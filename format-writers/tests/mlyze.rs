@@ -1445,78 +1445,89 @@ impl std::io::Seek for Shared<std::io::Cursor<Vec<u8>>> {
     }
 }
 
-/// A spool copier (the preload's `copy_file_range`) that copies part of a
-/// range, stops, or fails: the file is the same, and what the copier did
-/// not copy went through the buffer. The output is buffered, so the copy
-/// also checks that `finish` flushed the header and metadata before it.
-/// Two of the three runs also fill in the metadata's length at the end
-/// (one metadata pass) instead of measuring it first.
+/// The preload's set-up: the file and its spool both written in aligned
+/// blocks (`blocks::BlockFile`, small blocks here so that every chunk
+/// straddles some), flushed now and then as the writer thread does. The
+/// file is the same as the one written in memory, the spool holds every
+/// flushed chunk at each flush (a killed process leaves them to
+/// `recover`), and with a header patcher the length is filled in once, at
+/// offset 16, without a later block write undoing it.
 #[test]
-fn a_spool_copier_that_copies_part_gives_the_same_file() {
-    use std::io::Write as _;
+fn a_file_and_spool_written_in_blocks_give_the_same_file() {
+    use format_writers::blocks::BlockFile;
+    use std::os::unix::fs::FileExt as _;
+    let dir = scratch_dir("blocks");
     let mut all = Vec::new();
     for k in 0..4u64 {
         all.extend(sample_records(if k % 2 == 1 { 80_000 } else { 50 }, k));
     }
-    for mode in 0..3u32 {
-        let out = Shared::<Vec<u8>>::default();
-        let spool = Shared::<std::io::Cursor<Vec<u8>>>::default();
-        let buffered = std::io::BufWriter::with_capacity(1 << 16, out.clone());
-        let mut w = Writer::with_spool(buffered, spool.clone(), None).unwrap();
-        let (to, from) = (out.clone(), spool.clone());
-        let calls = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
-        let seen = calls.clone();
-        // Where and what the patcher wrote.
+    let want = write_all(&all);
+    for (patch, block) in [(false, 4096), (true, 4096), (true, 1 << 16)] {
+        let tag = format!("{patch}-{block}");
+        let out_path = dir.join(format!("{tag}.mlyze"));
+        let spool_path = dir.join(format!("{tag}.spool"));
+        let out = std::fs::File::create_new(&out_path).unwrap();
+        let spool = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&spool_path)
+            .unwrap();
         let patched = Shared::<Vec<(u64, Vec<u8>)>>::default();
-        if mode > 0 {
-            // The header's length filled in at the end (one metadata pass).
-            let (at, log) = (out.clone(), patched.clone());
+        let at = out.try_clone().unwrap();
+        let mut w = Writer::with_spool(
+            BlockFile::with_block(out, 0, block),
+            BlockFile::with_block(spool, 0, block),
+            None,
+        )
+        .unwrap();
+        if patch {
+            let log = patched.clone();
             w.set_header_patcher(Box::new(move |off, bytes| {
-                let mut v = at.0.lock().unwrap();
-                v[off as usize..off as usize + bytes.len()].copy_from_slice(bytes);
                 log.0.lock().unwrap().push((off, bytes.to_vec()));
-                Ok(())
+                at.write_all_at(bytes, off)
             }));
         }
-        w.set_spool_copier(Box::new(move |off, len| {
-            let call = seen.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            match (mode, call % 3) {
-                (1, 2) => return Ok(0),
-                (2, 2) => return Err(std::io::Error::other("no kernel copy")),
-                _ => {}
-            }
-            let n = len.min(7_000);
-            let src = from.0.lock().unwrap();
-            let bytes = &src.get_ref()[off as usize..(off + n) as usize];
-            to.0.lock().unwrap().write_all(bytes)?;
-            Ok(n)
-        }));
         for (i, r) in all.iter().enumerate() {
             w.write(r).unwrap();
-            if i % 1000 == 0 {
-                w.flush().unwrap();
+            if i % 1000 == 999 {
+                TraceWriter::flush(&mut w).unwrap();
+                if i % 16_000 != 15_999 {
+                    continue;
+                }
+                // What a kill now leaves: every event written so far.
+                let copy = dir.join(format!("{tag}.copy.spool"));
+                std::fs::copy(&spool_path, &copy).unwrap();
+                let mut recovered = Vec::new();
+                mlyze::recover_to(&copy, &mut recovered).unwrap();
+                let events = read_all(&recovered)
+                    .into_iter()
+                    .filter(|r| matches!(r, Record::Event(_)))
+                    .count();
+                let written = all[..=i]
+                    .iter()
+                    .filter(|r| matches!(r, Record::Event(_)))
+                    .count();
+                assert_eq!(events, written, "{tag}: recovered after record {i}");
             }
         }
         w.finish().unwrap();
-        assert!(calls.load(std::sync::atomic::Ordering::Relaxed) > 10);
-        let (got, want) = (out.0.lock().unwrap().clone(), write_all(&all));
+        let got = std::fs::read(&out_path).unwrap();
         assert!(
             got == want,
-            "mode {mode}: {} bytes, {} expected",
+            "{tag}: {} bytes, {} expected",
             got.len(),
             want.len()
         );
-        // With a patcher, the header went out with a zero length, filled in
-        // once at the end: the length field (offset 16, 4 bytes) and
-        // nothing else.
         let patches = patched.0.lock().unwrap().clone();
-        if mode > 0 {
-            assert_eq!(patches, vec![(16, want[16..20].to_vec())], "mode {mode}");
+        if patch {
+            assert_eq!(patches, vec![(16, want[16..20].to_vec())], "{tag}");
             assert_ne!(want[16..20], [0, 0, 0, 0]);
         } else {
             assert!(patches.is_empty());
         }
     }
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A spooling writer keeps no tables during the run and rebuilds them from
@@ -2029,10 +2040,16 @@ fn a_detached_replay_reads_the_spool_while_the_writer_finishes() {
         TraceWriter::finish(Box::new(w)).unwrap();
         std::fs::read(&path).unwrap()
     };
-    for with_reader in [None, Some(false), Some(true)] {
+    for (with_reader, in_blocks) in [
+        (None, false),
+        (Some(false), false),
+        (Some(true), false),
+        (Some(true), true),
+    ] {
         // None: a plain spool file; Some(r): a spool behind `SpoolIo`, with a
-        // reader when r.
-        let tag = format!("{with_reader:?}");
+        // reader when r; in blocks: the spool a `BlockFile` (the preload's),
+        // whose staged bytes the reader must find in the file.
+        let tag = format!("{with_reader:?}-{in_blocks}");
         let out = dir.join(format!("out-{tag}.mlyze"));
         let spool_path = dir.join(format!("out-{tag}.spool"));
         let sink = std::fs::File::create(&out).unwrap();
@@ -2048,7 +2065,12 @@ fn a_detached_replay_reads_the_spool_while_the_writer_finishes() {
             }
             Some(reader) => {
                 let clone = spool.try_clone().unwrap();
-                let mut w = Writer::with_spool(sink, spool, Some(spool_path.clone())).unwrap();
+                let mut w = if in_blocks {
+                    let spool = format_writers::blocks::BlockFile::with_block(spool, 0, 4096);
+                    Writer::with_spool(sink, spool, Some(spool_path.clone())).unwrap()
+                } else {
+                    Writer::with_spool(sink, spool, Some(spool_path.clone())).unwrap()
+                };
                 if reader {
                     w.set_spool_reader(std::sync::Arc::new(clone));
                 }
@@ -2075,6 +2097,13 @@ fn a_detached_replay_reads_the_spool_while_the_writer_finishes() {
             let ok = job(&mut |a, s| got.push((a, s))).unwrap();
             (ok, got)
         });
+        if in_blocks {
+            // Done before `finish`, whose reads of the spool would write the
+            // staged bytes anyway: the replay must find them on its own.
+            while !replaying.is_finished() {
+                std::thread::yield_now();
+            }
+        }
         w.finish().unwrap();
         let (ok, got) = replaying.join().unwrap();
         assert!(ok, "{tag}");

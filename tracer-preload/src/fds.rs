@@ -6,8 +6,9 @@
 //! one of ours first moves ours elsewhere, so the program can neither close the
 //! trace nor make us write into its own files under a reused number.
 //!
-//! The writer reads and writes through [`FdSink`] and [`FdFile`], which look
-//! the current number up in the registry on every call and announce the call
+//! The writer reads and writes through [`FdSink`] (behind the block writer of
+//! `format_writers::blocks`), which looks the current
+//! number up in the registry on every call and announces the call
 //! in `BUSY`; a hook that moves a descriptor waits until no call uses the old
 //! number (both sides use sequentially consistent operations, so one of them
 //! always sees the other). The format writers never hold a descriptor number
@@ -151,21 +152,6 @@ fn with_fd(slot: usize, mut call: impl FnMut(i32) -> isize) -> io::Result<usize>
     with_fds(slot, slot, |fd, _| call(fd))
 }
 
-/// Copies up to `len` bytes of the file in slot `from`, at offset `off`, to
-/// the file in slot `to` at its current offset, in the kernel
-/// (`copy_file_range`: no round trip through a buffer of ours). Returns the
-/// bytes copied; an error (no such call, different file systems, ...) when
-/// it cannot, and the caller copies by reading and writing.
-pub fn copy_range(from: usize, to: usize, off: u64, len: u64) -> io::Result<usize> {
-    let len = len.min(1 << 30) as usize;
-    with_fds(from, to, |a, b| {
-        let mut off_in = off as libc::loff_t;
-        // SAFETY: `off_in` is a live local the kernel updates; a null
-        // output offset means the file's own; the descriptors are ours.
-        unsafe { libc::copy_file_range(a, &mut off_in, b, core::ptr::null_mut(), len, 0) }
-    })
-}
-
 /// Runs a system call on the descriptors currently registered in slots `a`
 /// and `b`, retrying on EINTR; `-2` from `call` stands for "no descriptor".
 fn with_fds(a: usize, b: usize, mut call: impl FnMut(i32, i32) -> isize) -> io::Result<usize> {
@@ -252,55 +238,6 @@ impl io::Write for FdSink {
 
     fn flush(&mut self) -> io::Result<()> {
         Ok(())
-    }
-}
-
-/// A readable, writable, seekable file behind a registry slot (the mlyze
-/// writer's spool).
-pub struct FdFile {
-    slot: usize,
-}
-
-impl FdFile {
-    pub fn new(slot: usize) -> Self {
-        FdFile { slot }
-    }
-}
-
-impl io::Write for FdFile {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        // SAFETY: pointer and length describe the live slice `buf`.
-        with_fd(self.slot, |fd| unsafe {
-            libc::write(fd, buf.as_ptr().cast(), buf.len())
-        })
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
-
-impl io::Read for FdFile {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        // SAFETY: pointer and length describe the live, writable slice `buf`.
-        with_fd(self.slot, |fd| unsafe {
-            libc::read(fd, buf.as_mut_ptr().cast(), buf.len())
-        })
-    }
-}
-
-impl io::Seek for FdFile {
-    fn seek(&mut self, pos: io::SeekFrom) -> io::Result<u64> {
-        let (off, whence) = match pos {
-            io::SeekFrom::Start(o) => (o as i64, libc::SEEK_SET),
-            io::SeekFrom::End(o) => (o, libc::SEEK_END),
-            io::SeekFrom::Current(o) => (o, libc::SEEK_CUR),
-        };
-        // SAFETY: lseek takes integers only.
-        with_fd(self.slot, |fd| unsafe {
-            libc::lseek64(fd, off, whence) as isize
-        })
-        .map(|n| n as u64)
     }
 }
 

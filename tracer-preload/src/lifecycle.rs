@@ -32,8 +32,8 @@
 use core::sync::atomic::{
     AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
 };
+use format_writers::blocks::BlockFile;
 use std::cell::UnsafeCell;
-use std::io::BufWriter;
 use std::os::fd::IntoRawFd;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -666,7 +666,7 @@ fn create_profile(wanted: &str, profile: config::Profile) -> std::io::Result<Cre
         return Err(std::io::Error::other("too many trace files"));
     };
     let make = move || {
-        let sink = BufWriter::with_capacity(64 * 1024, fds::FdSink::new(slot));
+        let sink = BlockFile::new(fds::FdSink::new(slot), 0);
         let writer: Box<dyn TraceWriter> = match profile {
             config::Profile::Malt => Box::new(malt::Writer::new(sink)),
             config::Profile::Callgrind => Box::new(callgrind::Writer::new(sink)),
@@ -703,15 +703,17 @@ fn create_mlyze(wanted: &str) -> std::io::Result<Created> {
         return Err(too_many());
     };
     let make = move || {
-        let sink = BufWriter::with_capacity(64 * 1024, fds::FdSink::new(out_slot));
+        // Both files are new and written from offset 0 in aligned blocks
+        // (see `format_writers::blocks`). The events are copied from the
+        // spool into the file's blocks with reads and writes: the kernel's
+        // `copy_file_range` copied them between unaligned offsets, ~1.5x as
+        // slow (python3's 23 MB: ~9 ms against ~6 on ext4).
+        let sink = BlockFile::new(fds::FdSink::new(out_slot), 0);
         let mut w = mlyze::Writer::with_spool(
             sink,
-            fds::FdFile::new(spool_slot),
+            BlockFile::new(fds::FdSink::new(spool_slot), 0),
             Some(spool_path.clone()),
         )?;
-        w.set_spool_copier(Box::new(move |off, len| {
-            fds::copy_range(spool_slot, out_slot, off, len).map(|n| n as u64)
-        }));
         // A replay of the allocations at exit reads the spool beside the
         // thread finishing the file (see `writer::State::finish_alongside_scan`).
         w.set_spool_reader(std::sync::Arc::new(fds::FdSink::new(spool_slot)));
@@ -756,7 +758,7 @@ fn create_dumpalloc(wanted: &str) -> std::io::Result<Created> {
         return Err(std::io::Error::other("too many trace files"));
     };
     let make = move || {
-        let sink = BufWriter::with_capacity(64 * 1024, fds::FdSink::new(slot));
+        let sink = BlockFile::new(fds::FdSink::new(slot), 0);
         Ok(Box::new(dumpalloc::Writer::new(sink)) as Box<dyn TraceWriter>)
     };
     Ok((path, vec![slot], Box::new(make)))

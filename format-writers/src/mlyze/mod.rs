@@ -41,7 +41,7 @@ mod writer;
 
 pub use reader::Reader;
 pub use spool::{recover, recover_to, spool_names, spool_process, unfinished_spool, RecoverStats};
-pub use writer::{HeaderPatcher, SpoolCopier, SpoolIo, SpoolReader, SpoolRemover, Writer};
+pub use writer::{HeaderPatcher, SpoolIo, SpoolReader, SpoolRemover, Writer};
 
 /// Magic bytes of a finished file.
 pub const MAGIC: &[u8; 4] = b"MTRC";

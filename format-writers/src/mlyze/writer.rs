@@ -992,11 +992,6 @@ impl SpoolStore {
     }
 }
 
-/// Copies `len` bytes of the spool from offset `off` to the output at its
-/// current end, in the kernel (`copy_file_range`); returns how many it
-/// copied. 0 or an error where it cannot: the rest goes through a buffer.
-pub type SpoolCopier = Box<dyn FnMut(u64, u64) -> io::Result<u64> + Send>;
-
 /// Positioned reads of the spool (`pread`: no shared file offset moves), so
 /// a detached replay of the allocations
 /// ([`TraceWriter::detach_allocation_replay`]) can read it on another thread
@@ -1044,8 +1039,6 @@ impl<W: Write + ?Sized> Write for Counting<'_, W> {
 /// The spool side file of a file-backed writer.
 struct SpoolFile {
     file: SpoolStore,
-    /// The kernel copy of event chunks at `finish` (see [`SpoolCopier`]).
-    copier: Option<SpoolCopier>,
     /// Positioned reads for a detached replay (see [`SpoolReader`]).
     reader: Option<SpoolReader>,
     /// Deleted after a successful `finish`, when known.
@@ -1362,12 +1355,9 @@ impl<W: Write> Writer<W> {
             None
         };
         if let Some(sp) = spool {
-            match (&mut sp.file, sp.copier.as_mut()) {
-                (SpoolStore::File(f), _) => copy_ranges(f, &sp.event_ranges, out)?,
-                (SpoolStore::Other(o), None) => copy_ranges(o.as_mut(), &sp.event_ranges, out)?,
-                (SpoolStore::Other(o), Some(c)) => {
-                    copy_ranges_with(c, o.as_mut(), &sp.event_ranges, out)?
-                }
+            match &mut sp.file {
+                SpoolStore::File(f) => copy_ranges(f, &sp.event_ranges, out)?,
+                SpoolStore::Other(o) => copy_ranges_buffered(o.as_mut(), &sp.event_ranges, out)?,
             }
         }
         out.write_all(events)?;
@@ -1485,27 +1475,31 @@ pub(super) fn copy_ranges<R: Read + Seek + ?Sized, W: Write>(
     Ok(())
 }
 
-/// [`copy_ranges`] through `copier` (see [`SpoolCopier`]), reading and
-/// writing only what it did not copy.
-fn copy_ranges_with<W: Write>(
-    copier: &mut SpoolCopier,
+/// [`copy_ranges`] through a buffer of 256 KiB: a writer that writes in
+/// aligned blocks (a [`crate::blocks::BlockFile`]) takes the whole blocks of
+/// each piece straight from it, where `io::copy` would hand it 8 KiB at a
+/// time to stage.
+fn copy_ranges_buffered<W: Write>(
     from: &mut dyn SpoolIo,
     ranges: &[(u64, u64)],
     to: &mut W,
 ) -> io::Result<()> {
-    // The copier appends at the file's end: what `to` buffers goes first.
-    to.flush()?;
+    let most = ranges.iter().map(|r| r.1).max().unwrap_or(0);
+    let mut buf = vec![0u8; most.min(256 << 10) as usize];
     for &(off, len) in ranges {
-        let mut done = 0;
-        while done < len {
-            match copier(off + done, len - done) {
-                Ok(n) if n > 0 && n <= len - done => done += n,
-                _ => break,
-            }
-        }
-        if done < len {
-            copy_ranges(from, &[(off + done, len - done)], to)?;
-            to.flush()?;
+        from.seek(SeekFrom::Start(off))?;
+        let mut left = len;
+        while left > 0 {
+            let n = left.min(buf.len() as u64) as usize;
+            from.read_exact(&mut buf[..n]).map_err(|e| match e.kind() {
+                io::ErrorKind::UnexpectedEof => io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    format!("spool shorter than expected: {len} bytes at offset {off}"),
+                ),
+                _ => e,
+            })?;
+            to.write_all(&buf[..n])?;
+            left -= n as u64;
         }
     }
     Ok(())
@@ -1575,7 +1569,6 @@ impl<W: Write> Writer<W> {
         self.events = Vec::with_capacity(SPILL_AT + super::MAX_EVENT);
         self.spool = Some(SpoolFile {
             file: store,
-            copier: None,
             reader: None,
             path,
             remover: None,
@@ -1584,16 +1577,6 @@ impl<W: Write> Writer<W> {
             log_ranges: Vec::new(),
         });
         Ok(())
-    }
-
-    /// Has `finish` copy the spooled events with `copier` (a spool given to
-    /// [`Writer::with_spool`]; a plain file's copy is the kernel's already).
-    /// The output is flushed before the first copy, so that the copier's
-    /// bytes land after everything written so far.
-    pub fn set_spool_copier(&mut self, copier: SpoolCopier) {
-        if let Some(sp) = &mut self.spool {
-            sp.copier = Some(copier);
-        }
     }
 
     /// Lets [`TraceWriter::detach_allocation_replay`] read the spool with
@@ -1630,7 +1613,12 @@ impl<W: Write + Send> TraceWriter for Writer<W> {
     }
 
     fn flush(&mut self) -> io::Result<()> {
-        self.spill()
+        self.spill()?;
+        // A spool that buffers (a `BlockFile`) writes what it holds.
+        match &mut self.spool {
+            Some(sp) => sp.file.io().flush(),
+            None => Ok(()),
+        }
     }
 
     fn finish(self: Box<Self>) -> io::Result<()> {
@@ -1677,9 +1665,11 @@ impl<W: Write + Send> TraceWriter for Writer<W> {
     }
 
     fn detach_allocation_replay(&mut self) -> Option<crate::AllocationReplay> {
-        let (reader, ranges) = match &self.spool {
+        let (reader, ranges) = match &mut self.spool {
             None => (None, Vec::new()),
             Some(sp) => {
+                // The reader reads the file: what the spool buffers goes first.
+                sp.file.io().flush().ok()?;
                 let reader: SpoolReader = match (&sp.reader, &sp.file) {
                     (Some(r), _) => r.clone(),
                     (None, SpoolStore::File(f)) => std::sync::Arc::new(f.try_clone().ok()?),
