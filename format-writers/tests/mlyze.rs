@@ -77,6 +77,21 @@ fn scratch_dir(tag: &str) -> PathBuf {
     d
 }
 
+/// A new output file and its spool (readable and writable) in `dir`, named
+/// after `tag`: their paths and files.
+fn out_and_spool(dir: &Path, tag: &str) -> (PathBuf, std::fs::File, PathBuf, std::fs::File) {
+    let out_path = dir.join(format!("out-{tag}.mlyze"));
+    let spool_path = dir.join(format!("out-{tag}.spool"));
+    let out = std::fs::File::create_new(&out_path).unwrap();
+    let spool = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(&spool_path)
+        .unwrap();
+    (out_path, out, spool_path, spool)
+}
+
 // ---------------------------------------------------------------- 1. golden bytes
 
 #[test]
@@ -1464,15 +1479,7 @@ fn a_file_and_spool_written_in_blocks_give_the_same_file() {
     let want = write_all(&all);
     for (patch, block) in [(false, 4096), (true, 4096), (true, 1 << 16)] {
         let tag = format!("{patch}-{block}");
-        let out_path = dir.join(format!("{tag}.mlyze"));
-        let spool_path = dir.join(format!("{tag}.spool"));
-        let out = std::fs::File::create_new(&out_path).unwrap();
-        let spool = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(&spool_path)
-            .unwrap();
+        let (out_path, out, spool_path, spool) = out_and_spool(&dir, &tag);
         let patched = Shared::<Vec<(u64, Vec<u8>)>>::default();
         let at = out.try_clone().unwrap();
         let mut w = Writer::with_spool(
@@ -2050,15 +2057,7 @@ fn a_detached_replay_reads_the_spool_while_the_writer_finishes() {
         // reader when r; in blocks: the spool a `BlockFile` (the preload's),
         // whose staged bytes the reader must find in the file.
         let tag = format!("{with_reader:?}-{in_blocks}");
-        let out = dir.join(format!("out-{tag}.mlyze"));
-        let spool_path = dir.join(format!("out-{tag}.spool"));
-        let sink = std::fs::File::create(&out).unwrap();
-        let spool = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(&spool_path)
-            .unwrap();
+        let (out, sink, spool_path, spool) = out_and_spool(&dir, &tag);
         let mut w: Box<dyn TraceWriter> = match with_reader {
             None => {
                 Box::new(Writer::with_spool_file(sink, spool, Some(spool_path.clone())).unwrap())

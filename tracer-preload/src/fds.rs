@@ -7,12 +7,11 @@
 //! trace nor make us write into its own files under a reused number.
 //!
 //! The writer reads and writes through [`FdSink`] (behind the block writer of
-//! `format_writers::blocks`), which looks the current
-//! number up in the registry on every call and announces the call
-//! in `BUSY`; a hook that moves a descriptor waits until no call uses the old
-//! number (both sides use sequentially consistent operations, so one of them
-//! always sees the other). The format writers never hold a descriptor number
-//! of their own.
+//! `format_writers::blocks`), which looks the current number up in the
+//! registry on every call and announces the call in `BUSY`; a hook that
+//! moves a descriptor waits until no call uses the old number (both sides
+//! use sequentially consistent operations, so one of them always sees the
+//! other). The format writers never hold a descriptor number of their own.
 
 use core::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
 use std::io;
@@ -146,20 +145,14 @@ pub fn io_done() -> u64 {
     IO_DONE.load(Ordering::Relaxed)
 }
 
-/// Runs a system call on the descriptor currently registered in `slot`
-/// (see [`with_fds`]).
+/// Runs a system call on the descriptor currently registered in `slot`,
+/// retrying on EINTR; `-2` from `call` stands for "no descriptor".
 fn with_fd(slot: usize, mut call: impl FnMut(i32) -> isize) -> io::Result<usize> {
-    with_fds(slot, slot, |fd, _| call(fd))
-}
-
-/// Runs a system call on the descriptors currently registered in slots `a`
-/// and `b`, retrying on EINTR; `-2` from `call` stands for "no descriptor".
-fn with_fds(a: usize, b: usize, mut call: impl FnMut(i32, i32) -> isize) -> io::Result<usize> {
     IO_DONE.fetch_add(1, Ordering::Relaxed);
     loop {
         BUSY.fetch_add(1, Ordering::SeqCst);
-        let (fa, fb) = (FDS[a].load(Ordering::SeqCst), FDS[b].load(Ordering::SeqCst));
-        let n = if fa < 0 || fb < 0 { -2 } else { call(fa, fb) };
+        let fd = FDS[slot].load(Ordering::SeqCst);
+        let n = if fd < 0 { -2 } else { call(fd) };
         let err = sys::errno();
         BUSY.fetch_sub(1, Ordering::SeqCst);
         if n >= 0 {
