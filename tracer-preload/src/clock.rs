@@ -89,6 +89,15 @@ pub fn now_ns() -> u64 {
     slow()
 }
 
+/// In a fork's child, which has only the forking thread: a calibration
+/// step or installation another thread of the parent was inside is
+/// abandoned (its flag would otherwise hold the child on the vDSO for
+/// good); the calibration goes on from the starting point inherited.
+pub fn after_fork_child() {
+    T0_HELD.store(false, Ordering::Release);
+    let _ = MODE.compare_exchange(INSTALLING, CALIBRATING, Ordering::AcqRel, Ordering::Acquire);
+}
+
 /// Whether the counter drives the clock now.
 #[cfg(test)]
 pub fn uses_tsc() -> bool {

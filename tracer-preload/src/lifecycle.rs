@@ -1623,6 +1623,7 @@ extern "C" fn fork_child() {
     TRACED_PID.store(sys::raw_getpid(), Ordering::Relaxed);
     crate::syscalls::ring::after_fork_child();
     crate::lane::after_fork_child();
+    crate::clock::after_fork_child();
     writer::after_fork_child();
     match state {
         NOT_YET | DISABLED => {}
