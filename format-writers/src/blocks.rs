@@ -67,18 +67,8 @@ impl<F: FileExt> BlockFile<F> {
     }
 
     /// The file's length as written through this writer, flushed or not.
-    pub fn len(&self) -> u64 {
+    fn len(&self) -> u64 {
         self.base + self.buf.len() as u64
-    }
-
-    /// Whether nothing was written (from offset 0).
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// The file underneath.
-    pub fn get_ref(&self) -> &F {
-        &self.file
     }
 
     /// The end of the block `buf` fills.
