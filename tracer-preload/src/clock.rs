@@ -57,6 +57,10 @@ static T0_ERR: AtomicU64 = AtomicU64::new(0);
 /// The time of the first point of all: a tighter point replaces the
 /// starting point until `WINDOW_NS` after it.
 static FIRST_NS: AtomicU64 = AtomicU64::new(0);
+/// When the rate was taken, after the first point (ns), and the bound of
+/// its error (parts per million): for `TRACER_STACK_STATS`.
+static TAKEN_AFTER_NS: AtomicU64 = AtomicU64::new(0);
+static TAKEN_PPM: AtomicU64 = AtomicU64::new(0);
 /// Taken, never waited for, by a thread working on the calibration: a
 /// thread that finds it taken (another thread, or this one interrupted by a
 /// signal handler that reads the clock) reads the vDSO and moves on.
@@ -96,6 +100,18 @@ pub fn now_ns() -> u64 {
 pub fn after_fork_child() {
     T0_HELD.store(false, Ordering::Release);
     let _ = MODE.compare_exchange(INSTALLING, CALIBRATING, Ordering::AcqRel, Ordering::Acquire);
+}
+
+/// When the counter's rate was taken (microseconds after the first
+/// calibration point) and the bound of its error (parts per million), once
+/// the counter drives the clock.
+pub fn calibration() -> Option<(u64, u64)> {
+    (MODE.load(Ordering::Acquire) == TSC).then(|| {
+        (
+            TAKEN_AFTER_NS.load(Ordering::Relaxed) / 1000,
+            TAKEN_PPM.load(Ordering::Relaxed),
+        )
+    })
 }
 
 /// Whether the counter drives the clock now.
@@ -143,9 +159,10 @@ fn point() -> (u64, Option<(u64, u64)>) {
 /// in its place when it is tighter and the first point of all was less
 /// than `WINDOW_NS` ago (a process's first point is often cold: ~10,000
 /// ticks of uncertainty in python3, which alone would hold the rate back
-/// to `MAX_WINDOW_NS`). Returns the starting point's time and counter when
-/// the rate from it to this point is to be taken.
-fn calibration_step(ns: u64, tsc: u64, err: u64) -> Option<(u64, u64)> {
+/// to `MAX_WINDOW_NS`). Returns the starting point's time and counter, and
+/// both points' uncertainty in ticks, when the rate from it to this point
+/// is to be taken.
+fn calibration_step(ns: u64, tsc: u64, err: u64) -> Option<(u64, u64, u64)> {
     let n0 = T0_NS.load(Ordering::Relaxed);
     if n0 == 0 {
         FIRST_NS.store(ns, Ordering::Relaxed);
@@ -159,7 +176,11 @@ fn calibration_step(ns: u64, tsc: u64, err: u64) -> Option<(u64, u64)> {
     }
     let t0 = T0_TSC.load(Ordering::Relaxed);
     let err0 = T0_ERR.load(Ordering::Relaxed);
-    (tsc > t0 && rate_ready(ns.saturating_sub(n0), tsc - t0, err0 + err)).then_some((n0, t0))
+    (tsc > t0 && rate_ready(ns.saturating_sub(n0), tsc - t0, err0 + err)).then_some((
+        n0,
+        t0,
+        err0 + err,
+    ))
 }
 
 /// Whether a rate measured between two calibration points is taken: `ns`
@@ -223,7 +244,9 @@ fn slow() -> u64 {
             }
             let ready = calibration_step(ns, tsc, err);
             T0_HELD.store(false, Ordering::Release);
-            let Some((n0, t0)) = ready else { return ns };
+            let Some((n0, t0, err)) = ready else {
+                return ns;
+            };
             if MODE
                 .compare_exchange(CALIBRATING, INSTALLING, Ordering::AcqRel, Ordering::Acquire)
                 .is_err()
@@ -234,6 +257,9 @@ fn slow() -> u64 {
             // Between 0.1 and 10 ns a tick (10 GHz .. 100 MHz).
             let sane = (1u128 << 32) / 10..=10u128 << 32;
             if sane.contains(&mult) {
+                let after = ns.saturating_sub(FIRST_NS.load(Ordering::Relaxed));
+                TAKEN_AFTER_NS.store(after, Ordering::Relaxed);
+                TAKEN_PPM.store((err * 1_000_000).div_ceil(tsc - t0), Ordering::Relaxed);
                 BASE_TSC.store(tsc, Ordering::Relaxed);
                 BASE_NS.store(ns + AHEAD_NS, Ordering::Relaxed);
                 MULT.store(mult as u64, Ordering::Relaxed);

@@ -1729,6 +1729,12 @@ impl State {
                 "channel: {} messages; held back {}, let through {}",
                 self.channel_messages, self.held_back, self.forced
             ));
+            sys::stderr_line(&match crate::clock::calibration() {
+                Some((us, ppm)) => format!(
+                    "clock: the counter's rate taken {us} us after the first point, within {ppm} ppm"
+                ),
+                None => "clock: the vDSO (the counter's rate not taken)".to_string(),
+            });
             sys::stderr_line(&format!(
                 "unwind rules: {} computed, a table of {} entries; {} stacks by libgcc's unwinder",
                 crate::cfi::rules_computed(),
