@@ -1537,7 +1537,8 @@ impl<W: Write> Writer<W> {
         Ok(w)
     }
 
-    /// Same as [`Writer::with_spool`] for a plain file (finish copies in the kernel).
+    /// Same as [`Writer::with_spool`] for a plain file (a detached replay reads
+    /// a clone of it: no [`Writer::set_spool_reader`] needed).
     pub fn with_spool_file(out: W, spool: File, spool_path: Option<PathBuf>) -> io::Result<Self> {
         let mut w = Writer::new(out);
         w.attach_spool(SpoolStore::File(spool), spool_path)?;
